@@ -1,0 +1,144 @@
+//! The process-wide [`Host`]: one Wasmtime engine, its epoch ticker and the module cache.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::cache::{self, CacheStatus, ModuleCache};
+use crate::error::LoadError;
+use crate::limits::Limits;
+use crate::policy::{Policy, PolicyOptions};
+
+/// How the host's engine is set up. The defaults fit a webhook and the CLI alike.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Largest memory cap any policy may be given; sizes the pooling allocator's slots.
+    pub max_memory_bytes: usize,
+    /// Most instances alive at once (concurrent evaluations); sizes the pool.
+    pub max_instances: u32,
+    /// Epoch tick: the granularity of time limits.
+    pub epoch_tick: Duration,
+    /// Where compiled modules are cached; `None` compiles every time.
+    pub cache_dir: Option<PathBuf>,
+    /// Use the pooling allocator (fast instantiation); off allocates on demand.
+    pub pooling: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            max_memory_bytes: Limits::DEFAULT_MEMORY_BYTES,
+            max_instances: 128,
+            epoch_tick: Duration::from_millis(5),
+            cache_dir: ModuleCache::default_dir(),
+            pooling: true,
+        }
+    }
+}
+
+/// Why the host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Wasmtime refused the configuration (for example, not enough address space for the pool).
+    #[error("cannot create the Wasm engine: {0}")]
+    Engine(String),
+    /// The epoch ticker thread could not start.
+    #[error("cannot start the epoch ticker: {0}")]
+    Ticker(std::io::Error),
+}
+
+/// Loads and runs policies. Create one per process and share it (it is cheap to clone).
+#[derive(Clone)]
+pub struct Host {
+    engine: Engine,
+    config: HostConfig,
+    cache: Option<ModuleCache>,
+}
+
+impl Host {
+    /// Creates the engine and starts the epoch ticker.
+    pub fn new(config: HostConfig) -> Result<Host, HostError> {
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            .memory_init_cow(true)
+            // Deep recursion in a policy becomes a stack-overflow trap well before this.
+            .max_wasm_stack(1 << 20);
+        if config.pooling {
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_core_instances(config.max_instances)
+                .total_memories(config.max_instances)
+                .total_tables(config.max_instances)
+                .max_memory_size(config.max_memory_bytes)
+                // Give freed slots' pages back lazily: keep the first 1 MiB resident for reuse.
+                .linear_memory_keep_resident(1 << 20);
+            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&wasm).map_err(|err| HostError::Engine(format!("{err:#}")))?;
+        spawn_ticker(&engine, config.epoch_tick)?;
+        let cache = config.cache_dir.clone().map(ModuleCache::new);
+        Ok(Host {
+            engine,
+            config,
+            cache,
+        })
+    }
+
+    /// The Wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The configuration the host runs with.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The module cache, when enabled.
+    pub fn cache(&self) -> Option<&ModuleCache> {
+        self.cache.as_ref()
+    }
+
+    /// Compiles a module, through the cache when there is one.
+    pub fn compile(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<(wasmtime::Module, CacheStatus), LoadError> {
+        match &self.cache {
+            Some(cache) => cache.load_or_compile(&self.engine, bytes, sha256),
+            None => Ok((cache::compile(&self.engine, bytes)?, CacheStatus::Disabled)),
+        }
+    }
+
+    /// Loads a policy from module bytes: inspect, ABI checks, compile, settings check.
+    pub fn load(&self, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
+        Policy::load(self, bytes, options)
+    }
+
+    /// Loads a policy from a `.wasm` file.
+    pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load(&bytes, options)
+    }
+}
+
+/// Advances the engine's epoch every `tick` while the engine lives.
+fn spawn_ticker(engine: &Engine, tick: Duration) -> Result<(), HostError> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("nicpolicy-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(tick);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => break,
+            }
+        })
+        .map(drop)
+        .map_err(HostError::Ticker)
+}

@@ -1,0 +1,144 @@
+//! Typed errors at the library boundary.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a policy module could not be loaded. Every variant means the module was refused before
+/// it evaluated anything.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bytes are not a WebAssembly binary module.
+    #[error("not a WebAssembly module: {0}")]
+    NotWasm(String),
+    /// The binary is malformed or does not validate.
+    #[error("invalid WebAssembly module: {0}")]
+    Invalid(String),
+    /// The module implements another ABI version.
+    #[error("ABI version mismatch: the module implements ABI v{found}, this host speaks ABI v{expected}")]
+    AbiMismatch {
+        /// What `nicpolicy_abi_version` (or the metadata) said.
+        found: i64,
+        /// What the host speaks.
+        expected: u32,
+    },
+    /// A required export is missing.
+    #[error("missing export `{name}`: ABI v1 needs `{name}` as {expected}")]
+    MissingExport {
+        /// Export name.
+        name: &'static str,
+        /// Its required type.
+        expected: &'static str,
+    },
+    /// An export has the wrong type.
+    #[error("export `{name}` is {found}, but ABI v1 needs {expected}")]
+    ExportType {
+        /// Export name.
+        name: &'static str,
+        /// Its type in the module.
+        found: String,
+        /// Its required type.
+        expected: &'static str,
+    },
+    /// The module imports something the host does not provide.
+    #[error("forbidden import `{module}.{name}` ({ty}): a policy may import only `nicpolicy.log` as func (i32, i32, i32) -> ()")]
+    ForbiddenImport {
+        /// Import module.
+        module: String,
+        /// Import name.
+        name: String,
+        /// Its type.
+        ty: String,
+    },
+    /// The metadata custom section is not valid JSON of the documented shape.
+    #[error("custom section `nicpolicy.metadata` is not valid: {0}")]
+    BadMetadata(String),
+    /// The module's digest differs from the pinned one.
+    #[error("sha256 mismatch: expected {expected}, the module is {actual}")]
+    DigestMismatch {
+        /// The pinned digest.
+        expected: String,
+        /// The module's digest.
+        actual: String,
+    },
+    /// Compilation failed.
+    #[error("cannot compile the module: {0}")]
+    Compile(String),
+    /// The requested limits do not fit the host.
+    #[error("invalid limits: {0}")]
+    Limits(String),
+    /// The policy refused its settings.
+    #[error("settings refused by the policy: {0}")]
+    Settings(String),
+    /// Calling the module while loading it failed (ABI version or settings check).
+    #[error("the policy failed while loading: {0}")]
+    Runtime(#[source] EvalError),
+}
+
+/// Why an evaluation produced no decision. The host stays usable after any of them.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The policy ran past its time limit and was interrupted.
+    #[error("the policy exceeded its time limit of {}ms", .0.as_millis())]
+    Timeout(Duration),
+    /// The policy tried to use more memory than its cap.
+    #[error("the policy exceeded its memory limit of {limit} bytes")]
+    MemoryLimit {
+        /// The cap in bytes.
+        limit: usize,
+    },
+    /// The policy trapped.
+    #[error("the policy trapped: {message}")]
+    Trap {
+        /// Trap description with the Wasm backtrace when there is one.
+        message: String,
+    },
+    /// The policy's output is not what ABI v1 requires.
+    #[error("the policy returned bad output: {0}")]
+    BadOutput(String),
+    /// The policy returned `{"error": ...}`: it could not decide.
+    #[error("the policy reported an error: {0}")]
+    Policy(String),
+    /// The input JSON is over the cap.
+    #[error("the input is {size} bytes, over the {limit}-byte limit")]
+    InputTooLarge {
+        /// Input size.
+        size: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// The output JSON is over the cap.
+    #[error("the policy's output is {size} bytes, over the {limit}-byte limit")]
+    OutputTooLarge {
+        /// Output size.
+        size: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// The host could not make an instance (for example, all instance slots busy).
+    #[error("cannot instantiate the policy: {0}")]
+    Instantiate(String),
+}
+
+impl EvalError {
+    /// A short stable name for the kind of failure (for metrics and logs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EvalError::Timeout(_) => "timeout",
+            EvalError::MemoryLimit { .. } => "memory",
+            EvalError::Trap { .. } => "trap",
+            EvalError::BadOutput(_) => "bad_output",
+            EvalError::Policy(_) => "policy_error",
+            EvalError::InputTooLarge { .. } => "input_too_large",
+            EvalError::OutputTooLarge { .. } => "output_too_large",
+            EvalError::Instantiate(_) => "instantiate",
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Reading a policy module without running it: metadata, imports, exports, digest, and the ABI
+//! checks the host applies before compiling.
+
+use std::fmt;
+
+use nicpolicy_plugin::abi::{self, Metadata};
+use sha2::{Digest, Sha256};
+use wasmparser::{Encoding, ExternalKind, FuncType, Parser, Payload, TypeRef, ValType};
+
+use crate::error::LoadError;
+
+/// What a policy module declares, read from its bytes alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Hex sha256 of the module bytes (what a config pins).
+    pub sha256: String,
+    /// Module size in bytes.
+    pub size: usize,
+    /// The `nicpolicy.metadata` custom section, when present.
+    pub metadata: Option<Metadata>,
+    /// Every import.
+    pub imports: Vec<Item>,
+    /// Every export.
+    pub exports: Vec<Item>,
+}
+
+/// One import or export with its type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Import module (empty for exports).
+    pub module: String,
+    /// Item name.
+    pub name: String,
+    /// Type, such as `func (i32, i32) -> i64` or `memory`.
+    pub ty: ItemType,
+}
+
+/// The type of an import or export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemType {
+    /// A function with its signature.
+    Func {
+        /// Parameter types.
+        params: Vec<String>,
+        /// Result types.
+        results: Vec<String>,
+    },
+    /// A linear memory.
+    Memory,
+    /// A table.
+    Table,
+    /// A global.
+    Global,
+    /// A tag (exception handling).
+    Tag,
+}
+
+impl fmt::Display for ItemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ItemType::Func { params, results } => {
+                write!(f, "func ({})", params.join(", "))?;
+                match results.len() {
+                    0 => write!(f, " -> ()"),
+                    1 => write!(f, " -> {}", results[0]),
+                    _ => write!(f, " -> ({})", results.join(", ")),
+                }
+            }
+            ItemType::Memory => f.write_str("memory"),
+            ItemType::Table => f.write_str("table"),
+            ItemType::Global => f.write_str("global"),
+            ItemType::Tag => f.write_str("tag"),
+        }
+    }
+}
+
+/// Hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn val_name(ty: &ValType) -> String {
+    match ty {
+        ValType::I32 => "i32".into(),
+        ValType::I64 => "i64".into(),
+        ValType::F32 => "f32".into(),
+        ValType::F64 => "f64".into(),
+        ValType::V128 => "v128".into(),
+        ValType::Ref(r) => format!("{r}"),
+    }
+}
+
+fn func_type(ty: &FuncType) -> ItemType {
+    ItemType::Func {
+        params: ty.params().iter().map(val_name).collect(),
+        results: ty.results().iter().map(val_name).collect(),
+    }
+}
+
+fn invalid(err: wasmparser::BinaryReaderError) -> LoadError {
+    LoadError::Invalid(err.to_string())
+}
+
+/// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
+pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
+    if !bytes.starts_with(b"\0asm") {
+        let hint = if bytes.trim_ascii_start().starts_with(b"(module") {
+            "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
+        } else {
+            ""
+        };
+        return Err(LoadError::NotWasm(format!(
+            "the file does not start with the Wasm magic bytes \\0asm{hint}"
+        )));
+    }
+    // Function types by type index; `None` for non-function types.
+    let mut types: Vec<Option<ItemType>> = Vec::new();
+    // Type index of every function, imported ones first.
+    let mut funcs: Vec<u32> = Vec::new();
+    let mut imports = Vec::new();
+    let mut exports = Vec::new();
+    let mut metadata = None;
+    let mut raw_exports = Vec::new();
+
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(invalid)? {
+            Payload::Version { encoding, .. } => {
+                if encoding == Encoding::Component {
+                    return Err(LoadError::NotWasm(
+                        "this is a WebAssembly component; ABI v1 policies are core modules"
+                            .to_string(),
+                    ));
+                }
+            }
+            Payload::TypeSection(reader) => {
+                for group in reader {
+                    for sub in group.map_err(invalid)?.into_types() {
+                        types.push(match &sub.composite_type.inner {
+                            wasmparser::CompositeInnerType::Func(f) => Some(func_type(f)),
+                            _ => None,
+                        });
+                    }
+                }
+            }
+            Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    let import = import.map_err(invalid)?;
+                    let ty = match import.ty {
+                        TypeRef::Func(index) | TypeRef::FuncExact(index) => {
+                            funcs.push(index);
+                            lookup(&types, index)?
+                        }
+                        TypeRef::Memory(_) => ItemType::Memory,
+                        TypeRef::Table(_) => ItemType::Table,
+                        TypeRef::Global(_) => ItemType::Global,
+                        TypeRef::Tag(_) => ItemType::Tag,
+                    };
+                    imports.push(Item {
+                        module: import.module.to_string(),
+                        name: import.name.to_string(),
+                        ty,
+                    });
+                }
+            }
+            Payload::FunctionSection(reader) => {
+                for index in reader {
+                    funcs.push(index.map_err(invalid)?);
+                }
+            }
+            Payload::ExportSection(reader) => {
+                for export in reader {
+                    let export = export.map_err(invalid)?;
+                    raw_exports.push((export.name.to_string(), export.kind, export.index));
+                }
+            }
+            Payload::CustomSection(section) if section.name() == abi::METADATA_SECTION => {
+                let parsed: Metadata = serde_json::from_slice(section.data())
+                    .map_err(|err| LoadError::BadMetadata(err.to_string()))?;
+                metadata = Some(parsed);
+            }
+            _ => {}
+        }
+    }
+
+    for (name, kind, index) in raw_exports {
+        let ty = match kind {
+            ExternalKind::Func | ExternalKind::FuncExact => {
+                let type_index = funcs.get(index as usize).copied().ok_or_else(|| {
+                    LoadError::Invalid(format!("export `{name}` names missing function {index}"))
+                })?;
+                lookup(&types, type_index)?
+            }
+            ExternalKind::Memory => ItemType::Memory,
+            ExternalKind::Table => ItemType::Table,
+            ExternalKind::Global => ItemType::Global,
+            ExternalKind::Tag => ItemType::Tag,
+        };
+        exports.push(Item {
+            module: String::new(),
+            name,
+            ty,
+        });
+    }
+
+    Ok(ModuleInfo {
+        sha256: sha256_hex(bytes),
+        size: bytes.len(),
+        metadata,
+        imports,
+        exports,
+    })
+}
+
+fn lookup(types: &[Option<ItemType>], index: u32) -> Result<ItemType, LoadError> {
+    types
+        .get(index as usize)
+        .cloned()
+        .flatten()
+        .ok_or_else(|| LoadError::Invalid(format!("type {index} is not a function type")))
+}
+
+fn func(params: &[&str], results: &[&str]) -> ItemType {
+    ItemType::Func {
+        params: params.iter().map(|s| s.to_string()).collect(),
+        results: results.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// The exports ABI v1 requires, with their types.
+pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
+    [
+        (abi::EXPORT_MEMORY, ItemType::Memory, "memory"),
+        (
+            abi::EXPORT_ABI_VERSION,
+            func(&[], &["i32"]),
+            "func () -> i32",
+        ),
+        (
+            abi::EXPORT_ALLOC,
+            func(&["i32"], &["i32"]),
+            "func (i32) -> i32",
+        ),
+        (
+            abi::EXPORT_EVALUATE,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+        (
+            abi::EXPORT_VALIDATE_SETTINGS,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+    ]
+}
+
+impl ModuleInfo {
+    /// Checks imports, exports and the declared ABI version against ABI v1.
+    pub fn check_abi(&self) -> Result<(), LoadError> {
+        if let Some(meta) = &self.metadata {
+            if meta.abi_version != abi::ABI_VERSION {
+                return Err(LoadError::AbiMismatch {
+                    found: i64::from(meta.abi_version),
+                    expected: abi::ABI_VERSION,
+                });
+            }
+        }
+        let log_type = func(&["i32", "i32", "i32"], &[]);
+        for import in &self.imports {
+            let allowed = import.module == abi::LOG_IMPORT_MODULE
+                && import.name == abi::LOG_IMPORT_NAME
+                && import.ty == log_type;
+            if !allowed {
+                return Err(LoadError::ForbiddenImport {
+                    module: import.module.clone(),
+                    name: import.name.clone(),
+                    ty: import.ty.to_string(),
+                });
+            }
+        }
+        for (name, ty, expected) in required_exports() {
+            match self.exports.iter().find(|e| e.name == name) {
+                None => return Err(LoadError::MissingExport { name, expected }),
+                Some(found) if found.ty != ty => {
+                    return Err(LoadError::ExportType {
+                        name,
+                        found: found.ty.to_string(),
+                        expected,
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(text: &str) -> Vec<u8> {
+        wat::parse_str(text).expect("valid wat")
+    }
+
+    const GOOD: &str = r#"(module
+        (import "nicpolicy" "log" (func (param i32 i32 i32)))
+        (memory (export "memory") 1)
+        (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+        (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+        (func (export "nicpolicy_evaluate") (param i32 i32) (result i64) i64.const 0)
+        (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64) i64.const 0)
+        (@custom "nicpolicy.metadata" "{\"name\":\"nic-limit\",\"version\":\"1.0.0\",\"abiVersion\":1}")
+    )"#;
+
+    #[test]
+    fn reads_metadata_imports_and_exports() {
+        let info = inspect(&module(GOOD)).unwrap();
+        assert_eq!(info.metadata.as_ref().unwrap().name, "nic-limit");
+        assert_eq!(info.imports[0].ty.to_string(), "func (i32, i32, i32) -> ()");
+        assert_eq!(info.exports.len(), 5);
+        assert_eq!(info.sha256.len(), 64);
+        info.check_abi().unwrap();
+    }
+
+    #[test]
+    fn refuses_text_and_garbage() {
+        let err = inspect(b"(module)").unwrap_err();
+        assert!(err.to_string().contains("WebAssembly text"), "{err}");
+        let err = inspect(b"apiVersion: v1\nkind: ConfigMap\n").unwrap_err();
+        assert!(matches!(err, LoadError::NotWasm(_)));
+        let err = inspect(b"\0asm\x01\0\0\0\x01\xff").unwrap_err();
+        assert!(matches!(err, LoadError::Invalid(_)), "{err}");
+    }
+
+    #[test]
+    fn refuses_wasi_import() {
+        let text = GOOD.replace(
+            r#"(import "nicpolicy" "log" (func (param i32 i32 i32)))"#,
+            r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
+        );
+        let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
+        assert!(
+            err.to_string().contains("wasi_snapshot_preview1.fd_write"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refuses_wrong_export_type_and_missing_export() {
+        let text = GOOD.replace(
+            r#"(func (export "nicpolicy_evaluate") (param i32 i32) (result i64) i64.const 0)"#,
+            r#"(func (export "nicpolicy_evaluate") (param i32 i32) (result i32) i32.const 0)"#,
+        );
+        let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
+        assert!(matches!(err, LoadError::ExportType { name: "nicpolicy_evaluate", .. }));
+        let text = GOOD.replace(r#"(export "nicpolicy_alloc")"#, "");
+        let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
+        assert!(matches!(err, LoadError::MissingExport { name: "nicpolicy_alloc", .. }));
+    }
+
+    #[test]
+    fn refuses_other_abi_version_in_metadata() {
+        let text = GOOD.replace("\\\"abiVersion\\\":1", "\\\"abiVersion\\\":2");
+        let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
+        assert!(matches!(err, LoadError::AbiMismatch { found: 2, expected: 1 }));
+    }
+}

@@ -1,0 +1,123 @@
+//! Per-evaluation limits: time, memory, input and output size.
+
+use std::time::Duration;
+
+/// Limits applied to every call into a policy.
+///
+/// The defaults suit an admission webhook: a CAPVCD evaluation takes tens of microseconds and
+/// about 1 MiB of guest memory, so these leave wide headroom while stopping a runaway policy
+/// long before kube-apiserver's webhook timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time for one call (instantiation included), enforced through epochs.
+    pub timeout: Duration,
+    /// Most linear memory one instance may have, in bytes.
+    pub memory_bytes: usize,
+    /// Largest request (or settings) JSON the host sends, in bytes.
+    pub max_input_bytes: usize,
+    /// Largest output JSON the host accepts, in bytes.
+    pub max_output_bytes: usize,
+}
+
+impl Limits {
+    /// Default time limit for one evaluation.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1000);
+    /// Default memory cap of one instance.
+    pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
+    /// Default cap on input JSON.
+    pub const DEFAULT_MAX_INPUT_BYTES: usize = 1 << 20;
+    /// Default cap on output JSON.
+    pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+    /// Sets the time limit.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the memory cap.
+    pub fn with_memory_bytes(mut self, bytes: usize) -> Self {
+        self.memory_bytes = bytes;
+        self
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Self::DEFAULT_TIMEOUT,
+            memory_bytes: Self::DEFAULT_MEMORY_BYTES,
+            max_input_bytes: Self::DEFAULT_MAX_INPUT_BYTES,
+            max_output_bytes: Self::DEFAULT_MAX_OUTPUT_BYTES,
+        }
+    }
+}
+
+/// Parses a duration such as `250ms`, `2s` or `1m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 250ms, 2s or 1m"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(value),
+        "s" => Duration::from_secs(value),
+        "m" => Duration::from_secs(value.saturating_mul(60)),
+        _ => return Err(format!("{text:?}: unit must be ms, s or m")),
+    };
+    if duration.is_zero() {
+        return Err(format!("{text:?}: a limit must be above zero"));
+    }
+    Ok(duration)
+}
+
+/// Parses a size such as `64Mi`, `512Ki`, `1Gi` or a plain number of bytes.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: usize = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 64Mi"))?;
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => return Err(format!("{text:?}: unit must be Ki, Mi or Gi")),
+    };
+    value
+        .checked_mul(1 << shift)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| format!("{text:?}: size out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("2h").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_size("512Ki"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("64MB").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

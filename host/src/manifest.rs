@@ -1,0 +1,771 @@
+//! Reading Kubernetes manifests (kubectl YAML or JSON) into the pieces of a [`Request`].
+//!
+//! Files may hold several documents (`---`) or a `kind: List`, with or without `status` and
+//! `managedFields`; the objects are picked by kind. VCDMachine, VCDMachineTemplate and
+//! VCDCluster are read at `infrastructure.cluster.x-k8s.io/v1beta3` and `v1beta2`, whose network
+//! fields are the same.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use nicpolicy_plugin::{
+    Cluster, Inventory, Machine, ObjectKind, Operation, Request, Zone,
+};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// API group of CAPVCD's kinds.
+pub const CAPVCD_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// Versions whose network fields this host reads.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta3", "v1beta2"];
+
+/// Why a manifest could not be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML or JSON does not parse.
+    #[error("{}{}: {message}", path.display(), location(*line, *column))]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line, when the parser knows it.
+        line: Option<usize>,
+        /// 1-based column, when the parser knows it.
+        column: Option<usize>,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field has the wrong type or value.
+    #[error("{}: {field}: {message}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// Path of the field inside the object, like `spec.extraOvdcNetworks[1]`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No object of the expected kind in the file.
+    #[error("{}: no {expected} in this file (found: {found})", path.display())]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// The kinds looked for.
+        expected: String,
+        /// The kinds present.
+        found: String,
+    },
+    /// Several candidate objects and no way to choose.
+    #[error("{}: {count} {kind} objects ({names}); {hint}", path.display())]
+    Ambiguous {
+        /// The file.
+        path: PathBuf,
+        /// How many.
+        count: usize,
+        /// Their kind.
+        kind: String,
+        /// Their names.
+        names: String,
+        /// How to choose.
+        hint: String,
+    },
+}
+
+fn location(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(":{l}:{c}"),
+        (Some(l), None) => format!(":{l}"),
+        _ => String::new(),
+    }
+}
+
+/// One object from a file, with where it sits (for error paths).
+#[derive(Clone, Debug)]
+pub struct Object {
+    /// The object.
+    pub value: Value,
+    /// Position prefix, like `document 2` or `items[3]`; empty for a lone object.
+    pub position: String,
+}
+
+impl Object {
+    /// `kind` of the object, or "".
+    pub fn kind(&self) -> &str {
+        self.value.get("kind").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// `metadata.name` of the object, or "".
+    pub fn name(&self) -> &str {
+        self.value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+}
+
+/// All the objects in a manifest file.
+#[derive(Clone, Debug)]
+pub struct ManifestFile {
+    /// The file's path, as given.
+    pub path: PathBuf,
+    /// Its objects, `List` items flattened.
+    pub objects: Vec<Object>,
+}
+
+impl ManifestFile {
+    /// Reads and parses a file.
+    pub fn read(path: &Path) -> Result<ManifestFile, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses text as the content of `path` (YAML, JSON, several documents allowed).
+    pub fn parse(path: &Path, text: &str) -> Result<ManifestFile, ManifestError> {
+        let documents = parse_documents(path, text)?;
+        let several = documents.len() > 1;
+        let mut objects = Vec::new();
+        for (i, value) in documents.into_iter().enumerate() {
+            let position = if several {
+                format!("document {}", i + 1)
+            } else {
+                String::new()
+            };
+            let is_list = value.get("kind").and_then(Value::as_str) == Some("List");
+            match (is_list, value) {
+                (true, Value::Object(mut map)) => {
+                    let items = match map.remove("items") {
+                        Some(Value::Array(items)) => items,
+                        Some(Value::Null) | None => Vec::new(),
+                        Some(_) => {
+                            return Err(ManifestError::Field {
+                                path: path.to_path_buf(),
+                                field: join(&position, "items"),
+                                message: "a List's items must be an array".into(),
+                            })
+                        }
+                    };
+                    for (j, item) in items.into_iter().enumerate() {
+                        objects.push(Object {
+                            value: item,
+                            position: join(&position, &format!("items[{j}]")),
+                        });
+                    }
+                }
+                (_, Value::Null) => {}
+                (_, value) => objects.push(Object { value, position }),
+            }
+        }
+        Ok(ManifestFile {
+            path: path.to_path_buf(),
+            objects,
+        })
+    }
+
+    fn kinds(&self) -> String {
+        let kinds: Vec<&str> = self
+            .objects
+            .iter()
+            .map(|o| if o.kind().is_empty() { "an object without kind" } else { o.kind() })
+            .collect();
+        if kinds.is_empty() {
+            "nothing".to_string()
+        } else {
+            kinds.join(", ")
+        }
+    }
+
+    /// The objects of one of `kinds`.
+    pub fn of_kinds<'a>(&'a self, kinds: &'a [&str]) -> impl Iterator<Item = &'a Object> + 'a {
+        self.objects.iter().filter(move |o| kinds.contains(&o.kind()))
+    }
+
+    fn field_error(&self, object: &Object, field: &str, message: impl fmt::Display) -> ManifestError {
+        ManifestError::Field {
+            path: self.path.clone(),
+            field: join(&object.position, field),
+            message: message.to_string(),
+        }
+    }
+
+    /// Reads `object` as `T`, with the failing field's path in the error.
+    fn typed<T: DeserializeOwned>(&self, object: &Object) -> Result<T, ManifestError> {
+        serde_path_to_error::deserialize(&object.value).map_err(|err| {
+            let field = err.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            self.field_error(object, &field, err.inner())
+        })
+    }
+
+    fn check_api_version(&self, object: &Object) -> Result<(), ManifestError> {
+        let api_version = object
+            .value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        if group == CAPVCD_GROUP && SUPPORTED_VERSIONS.contains(&version) {
+            return Ok(());
+        }
+        Err(self.field_error(
+            object,
+            "apiVersion",
+            format!(
+                "{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"
+            ),
+        ))
+    }
+
+    /// The one machine (VCDMachine or VCDMachineTemplate) in the file; `name` picks one when
+    /// there are several.
+    pub fn machine(&self, name: Option<&str>) -> Result<(ObjectKind, Machine), ManifestError> {
+        const KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
+        let candidates: Vec<&Object> = self
+            .of_kinds(&KINDS)
+            .filter(|o| name.is_none_or(|n| o.name() == n))
+            .collect();
+        let object = match candidates.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(ManifestError::Missing {
+                    path: self.path.clone(),
+                    expected: match name {
+                        Some(n) => format!("VCDMachine or VCDMachineTemplate named {n:?}"),
+                        None => "VCDMachine or VCDMachineTemplate".to_string(),
+                    },
+                    found: self.kinds(),
+                })
+            }
+            several => {
+                return Err(ManifestError::Ambiguous {
+                    path: self.path.clone(),
+                    count: several.len(),
+                    kind: "machine".to_string(),
+                    names: several.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "),
+                    hint: "choose one with --machine-name".to_string(),
+                })
+            }
+        };
+        self.check_api_version(object)?;
+        if object.kind() == "VCDMachine" {
+            let m: crd::VcdMachine = self.typed(object)?;
+            let labels = m.metadata.labels.unwrap_or_default();
+            Ok((
+                ObjectKind::VcdMachine,
+                Machine {
+                    name: m.metadata.name.unwrap_or_default(),
+                    namespace: m.metadata.namespace.unwrap_or_default(),
+                    role: Machine::role_from_labels(&labels),
+                    labels,
+                    annotations: m.metadata.annotations.unwrap_or_default(),
+                    failure_domain: m.spec.failure_domain,
+                    extra_ovdc_networks: m.spec.extra_ovdc_networks.unwrap_or_default(),
+                    provider_id: m.spec.provider_id,
+                },
+            ))
+        } else {
+            let t: crd::VcdMachineTemplate = self.typed(object)?;
+            let inner = t.spec.template;
+            let mut labels = t.metadata.labels.unwrap_or_default();
+            labels.extend(inner.metadata.labels.unwrap_or_default());
+            let mut annotations = t.metadata.annotations.unwrap_or_default();
+            annotations.extend(inner.metadata.annotations.unwrap_or_default());
+            Ok((
+                ObjectKind::VcdMachineTemplate,
+                Machine {
+                    name: t.metadata.name.unwrap_or_default(),
+                    namespace: t.metadata.namespace.unwrap_or_default(),
+                    role: Machine::role_from_labels(&labels),
+                    labels,
+                    annotations,
+                    failure_domain: inner.spec.failure_domain,
+                    extra_ovdc_networks: inner.spec.extra_ovdc_networks.unwrap_or_default(),
+                    provider_id: inner.spec.provider_id,
+                },
+            ))
+        }
+    }
+
+    /// The VCDCluster in the file; `cluster_name` (the machine's cluster-name label) picks one
+    /// when there are several.
+    pub fn cluster(&self, cluster_name: Option<&str>) -> Result<Cluster, ManifestError> {
+        let all: Vec<&Object> = self.of_kinds(&["VCDCluster"]).collect();
+        let object = match all.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(ManifestError::Missing {
+                    path: self.path.clone(),
+                    expected: "VCDCluster".to_string(),
+                    found: self.kinds(),
+                })
+            }
+            several => {
+                let named: Vec<&&Object> = several
+                    .iter()
+                    .filter(|o| cluster_name.is_some_and(|n| o.name() == n))
+                    .collect();
+                match named.as_slice() {
+                    [one] => **one,
+                    _ => {
+                        return Err(ManifestError::Ambiguous {
+                            path: self.path.clone(),
+                            count: several.len(),
+                            kind: "VCDCluster".to_string(),
+                            names: several.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "),
+                            hint: "label the machine with cluster.x-k8s.io/cluster-name to pick one"
+                                .to_string(),
+                        })
+                    }
+                }
+            }
+        };
+        self.check_api_version(object)?;
+        let c: crd::VcdCluster = self.typed(object)?;
+        let multi = c.spec.multi_zone_spec.unwrap_or_default();
+        Ok(Cluster {
+            name: c.metadata.name.unwrap_or_default(),
+            namespace: c.metadata.namespace.unwrap_or_default(),
+            ovdc: c.spec.ovdc.unwrap_or_default(),
+            ovdc_network: c.spec.ovdc_network.unwrap_or_default(),
+            zone_topology: multi.zone_topology.filter(|t| !t.is_empty()),
+            zones: multi
+                .zones
+                .unwrap_or_default()
+                .into_iter()
+                .map(|z| Zone {
+                    name: z.name.unwrap_or_default(),
+                    ovdc: z.ovdc.unwrap_or_default(),
+                    ovdc_network_name: z.ovdc_network_name.unwrap_or_default(),
+                    control_plane_zone: z.control_plane_zone.unwrap_or(false),
+                })
+                .collect(),
+        })
+    }
+}
+
+fn join(prefix: &str, field: &str) -> String {
+    match (prefix.is_empty(), field.is_empty()) {
+        (true, _) => field.to_string(),
+        (false, true) => prefix.to_string(),
+        (false, false) => format!("{prefix}: {field}"),
+    }
+}
+
+/// Parses YAML (several documents allowed) or JSON into values.
+fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
+    let syntax = |line: Option<usize>, column: Option<usize>, message: String| ManifestError::Syntax {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    if text.trim_start().starts_with(['{', '[']) {
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        let mut values = Vec::new();
+        for value in &mut stream {
+            let value = value.map_err(|err| {
+                syntax(Some(err.line()), Some(err.column()), strip_position(&err.to_string()))
+            })?;
+            match value {
+                // A top-level array is taken as a list of objects.
+                Value::Array(items) => values.extend(items),
+                other => values.push(other),
+            }
+        }
+        return Ok(values);
+    }
+    let mut values = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = Value::deserialize(document).map_err(|err| {
+            let at = err.location();
+            syntax(
+                at.as_ref().map(|l| l.line()),
+                at.as_ref().map(|l| l.column()),
+                strip_position(&err.to_string()),
+            )
+        })?;
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// Drops the parser's own "at line X column Y" (the error shows `file:line:column`).
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Reads a settings file (YAML or JSON object); an empty file means no settings.
+pub fn read_settings(path: &Path) -> Result<Value, ManifestError> {
+    let file = ManifestFile::read(path)?;
+    match file.objects.as_slice() {
+        [] => Ok(Value::Null),
+        [one] if one.value.is_object() => Ok(one.value.clone()),
+        [one] => Err(file.field_error(one, "", "settings must be a mapping of names to values")),
+        _ => Err(ManifestError::Ambiguous {
+            path: file.path.clone(),
+            count: file.objects.len(),
+            kind: "settings".to_string(),
+            names: "documents".to_string(),
+            hint: "a settings file holds one mapping".to_string(),
+        }),
+    }
+}
+
+/// Reads and checks an inventory file: `networks:` with name, type, gateway, prefixLength,
+/// staticIpRanges and dns per network (optionally under `kind: NetworkInventory`).
+pub fn read_inventory(path: &Path) -> Result<Inventory, ManifestError> {
+    let file = ManifestFile::read(path)?;
+    let object = match file.objects.as_slice() {
+        [one] => one,
+        [] => {
+            return Err(ManifestError::Missing {
+                path: file.path.clone(),
+                expected: "network inventory (networks: [...])".to_string(),
+                found: "nothing".to_string(),
+            })
+        }
+        _ => {
+            return Err(ManifestError::Ambiguous {
+                path: file.path.clone(),
+                count: file.objects.len(),
+                kind: "inventory".to_string(),
+                names: "documents".to_string(),
+                hint: "an inventory file holds one document".to_string(),
+            })
+        }
+    };
+    let parsed: crd::InventoryFile = file.typed(object)?;
+    let inventory = Inventory {
+        networks: parsed.networks,
+    };
+    check_inventory(&inventory).map_err(|(field, message)| file.field_error(object, &field, message))?;
+    Ok(inventory)
+}
+
+/// Sanity checks on an inventory: unique names, addresses that parse, ranges inside the subnet's
+/// family and in order. Returns the field at fault and why.
+pub fn check_inventory(inventory: &Inventory) -> Result<(), (String, String)> {
+    let mut seen = BTreeMap::new();
+    for (i, network) in inventory.networks.iter().enumerate() {
+        let at = |field: &str| format!("networks[{i}].{field}");
+        if network.name.is_empty() {
+            return Err((at("name"), "must not be empty".into()));
+        }
+        if let Some(first) = seen.insert(network.name.as_str(), i) {
+            return Err((
+                at("name"),
+                format!("{:?} is already listed at networks[{first}]", network.name),
+            ));
+        }
+        let gateway = match &network.gateway {
+            Some(text) => Some(parse_ip(text).map_err(|why| (at("gateway"), why))?),
+            None => None,
+        };
+        if let Some(prefix) = network.prefix_length {
+            let max = match gateway {
+                Some(IpAddr::V6(_)) => 128,
+                _ => 32,
+            };
+            if prefix > max {
+                return Err((at("prefixLength"), format!("{prefix} is above {max}")));
+            }
+        }
+        for (j, range) in network.static_ip_ranges.iter().enumerate() {
+            let start = parse_ip(&range.start)
+                .map_err(|why| (at(&format!("staticIpRanges[{j}].start")), why))?;
+            let end = parse_ip(&range.end)
+                .map_err(|why| (at(&format!("staticIpRanges[{j}].end")), why))?;
+            let same_family = start.is_ipv4() == end.is_ipv4()
+                && gateway.is_none_or(|g| g.is_ipv4() == start.is_ipv4());
+            if !same_family {
+                return Err((
+                    at(&format!("staticIpRanges[{j}]")),
+                    "start, end and gateway must be of one IP family".into(),
+                ));
+            }
+            if start > end {
+                return Err((
+                    at(&format!("staticIpRanges[{j}]")),
+                    format!("start {start} is after end {end}"),
+                ));
+            }
+        }
+        for (j, server) in network.dns.iter().enumerate() {
+            parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address"))
+}
+
+/// The files `nicpolicy eval` reads, turned into one request.
+#[derive(Clone, Debug, Default)]
+pub struct RequestFiles<'a> {
+    /// File with the VCDCluster (a whole `clusterctl generate` output works).
+    pub cluster: Option<&'a Path>,
+    /// File with the VCDMachine or VCDMachineTemplate.
+    pub machine: Option<&'a Path>,
+    /// Name of the machine, when the machine file holds several.
+    pub machine_name: Option<&'a str>,
+    /// File with the stored version, for an UPDATE.
+    pub old: Option<&'a Path>,
+    /// Inventory file.
+    pub inventory: Option<&'a Path>,
+}
+
+impl RequestFiles<'_> {
+    /// Reads every file and builds the request (settings come from the policy).
+    pub fn build(&self) -> Result<Request, ManifestError> {
+        let missing = |what: &str| ManifestError::Missing {
+            path: PathBuf::from("(command line)"),
+            expected: what.to_string(),
+            found: "no file given".to_string(),
+        };
+        let machine_path = self.machine.ok_or_else(|| missing("machine file"))?;
+        let cluster_path = self.cluster.ok_or_else(|| missing("cluster file"))?;
+        let (kind, machine) = ManifestFile::read(machine_path)?.machine(self.machine_name)?;
+        let cluster_name = machine
+            .labels
+            .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
+            .map(String::as_str);
+        let cluster = ManifestFile::read(cluster_path)?.cluster(cluster_name)?;
+        let old_machine = match self.old {
+            Some(path) => {
+                let (old_kind, old) = ManifestFile::read(path)?.machine(self.machine_name)?;
+                if old_kind != kind {
+                    return Err(ManifestError::Field {
+                        path: path.to_path_buf(),
+                        field: "kind".to_string(),
+                        message: format!(
+                            "the old object is a {}, the new one a {}",
+                            old_kind.as_str(),
+                            kind.as_str()
+                        ),
+                    });
+                }
+                Some(old)
+            }
+            None => None,
+        };
+        let inventory = self.inventory.map(read_inventory).transpose()?;
+        Ok(Request {
+            operation: if old_machine.is_some() {
+                Operation::Update
+            } else {
+                Operation::Create
+            },
+            kind,
+            machine,
+            old_machine,
+            cluster,
+            inventory,
+            settings: Value::Null,
+        })
+    }
+}
+
+/// The parts of CAPVCD's objects the host reads. Unknown fields are ignored: real manifests
+/// carry many more.
+mod crd {
+    use std::collections::BTreeMap;
+
+    use nicpolicy_plugin::Network;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ObjectMeta {
+        pub name: Option<String>,
+        pub namespace: Option<String>,
+        pub labels: Option<BTreeMap<String, String>>,
+        pub annotations: Option<BTreeMap<String, String>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct VcdMachineSpec {
+        #[serde(rename = "providerID")]
+        pub provider_id: Option<String>,
+        pub extra_ovdc_networks: Option<Vec<String>>,
+        pub failure_domain: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachine {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdMachineSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplate {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        pub spec: VcdMachineTemplateSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplateSpec {
+        pub template: VcdMachineTemplateResource,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplateResource {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdMachineSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdCluster {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdClusterSpec,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct VcdClusterSpec {
+        pub ovdc: Option<String>,
+        pub ovdc_network: Option<String>,
+        pub multi_zone_spec: Option<MultiZoneSpec>,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct MultiZoneSpec {
+        pub zone_topology: Option<String>,
+        pub zones: Option<Vec<ZoneSpec>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ZoneSpec {
+        pub name: Option<String>,
+        pub ovdc: Option<String>,
+        pub ovdc_network_name: Option<String>,
+        pub control_plane_zone: Option<bool>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct InventoryFile {
+        #[serde(default)]
+        #[allow(dead_code)]
+        pub api_version: Option<String>,
+        #[serde(default)]
+        #[allow(dead_code)]
+        pub kind: Option<String>,
+        pub networks: Vec<Network>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> ManifestFile {
+        ManifestFile::parse(Path::new("machine.yaml"), text).expect("parses")
+    }
+
+    const MACHINE: &str = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta3
+kind: VCDMachine
+metadata:
+  name: prod-eu1-md-0-x7k2p
+  namespace: prod-eu1
+  labels:
+    cluster.x-k8s.io/cluster-name: prod-eu1
+  managedFields:
+  - manager: capvcd
+spec:
+  providerID: vmware-cloud-director://urn:vcloud:vm:4a7f
+  extraOvdcNetworks: [storage-net, workload-net]
+  template: ubuntu-2204-kube-v1.31
+status:
+  ready: true
+"#;
+
+    #[test]
+    fn reads_machine_with_status_and_managed_fields() {
+        let (kind, m) = parse(MACHINE).machine(None).unwrap();
+        assert_eq!(kind, ObjectKind::VcdMachine);
+        assert_eq!(m.extra_ovdc_networks, ["storage-net", "workload-net"]);
+        assert!(m.is_provisioned());
+        assert_eq!(m.role, nicpolicy_plugin::Role::Worker);
+    }
+
+    #[test]
+    fn field_errors_name_the_path() {
+        let text = MACHINE.replace("[storage-net, workload-net]", "[storage-net, {name: x}]");
+        let err = parse(&text).machine(None).unwrap_err();
+        assert!(
+            err.to_string().contains("spec.extraOvdcNetworks[1]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let err = ManifestFile::parse(Path::new("m.yaml"), "kind: VCDMachine\nspec: [\n").unwrap_err();
+        assert!(matches!(err, ManifestError::Syntax { line: Some(_), .. }), "{err}");
+        let err = ManifestFile::parse(Path::new("m.json"), "{\"kind\": \n\"VCDMachine\",, }").unwrap_err();
+        assert!(err.to_string().starts_with("m.json:2:"), "{err}");
+    }
+
+    #[test]
+    fn old_api_versions_are_refused() {
+        let text = MACHINE.replace("v1beta3", "v1alpha4");
+        let err = parse(&text).machine(None).unwrap_err();
+        assert!(err.to_string().contains("apiVersion"), "{err}");
+    }
+
+    #[test]
+    fn template_and_list_are_read() {
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+          {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VCDMachineTemplate",
+           "metadata": {"name": "prod-eu1-control-plane"},
+           "spec": {"template": {"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}},
+                                 "spec": {"extraOvdcNetworks": ["storage-net"]}}}}]}"#;
+        let (kind, m) = ManifestFile::parse(Path::new("l.json"), list)
+            .unwrap()
+            .machine(None)
+            .unwrap();
+        assert_eq!(kind, ObjectKind::VcdMachineTemplate);
+        assert_eq!(m.role, nicpolicy_plugin::Role::ControlPlane);
+        assert_eq!(m.extra_ovdc_networks, ["storage-net"]);
+    }
+
+    #[test]
+    fn inventory_checks_addresses() {
+        let inv: Inventory = serde_json::from_value(serde_json::json!({"networks": [
+            {"name": "storage-net", "gateway": "10.20.0.1", "prefixLength": 24,
+             "staticIpRanges": [{"start": "10.20.0.50", "end": "10.20.0.10"}]}
+        ]}))
+        .unwrap();
+        let (field, _) = check_inventory(&inv).unwrap_err();
+        assert_eq!(field, "networks[0].staticIpRanges[0]");
+    }
+}

@@ -1,0 +1,498 @@
+//! A loaded policy: compiled once, instantiated afresh for every call.
+
+use std::time::{Duration, Instant};
+
+use nicpolicy_plugin::abi::{self, LogLevel};
+use nicpolicy_plugin::schema::SettingsValidation;
+use nicpolicy_plugin::{Decision, Request};
+use serde::Deserialize;
+use serde_json::Value;
+use wasmtime::{
+    Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
+};
+
+use crate::cache::CacheStatus;
+use crate::engine::Host;
+use crate::error::{EvalError, LoadError};
+use crate::inspect::{inspect, ModuleInfo};
+use crate::limits::Limits;
+
+/// How to load a policy.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyOptions {
+    /// Limits for every call into the policy.
+    pub limits: Limits,
+    /// The policy's settings (JSON `null` for none); checked by the policy at load.
+    pub settings: Value,
+    /// Refuse the module unless its sha256 is this (hex).
+    pub sha256: Option<String>,
+}
+
+/// One line the policy logged through `nicpolicy.log`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// Severity.
+    pub level: LogLevel,
+    /// The text (lossy UTF-8).
+    pub message: String,
+}
+
+/// The result of one evaluation.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// What the policy decided.
+    pub decision: Decision,
+    /// What it logged.
+    pub logs: Vec<LogLine>,
+    /// Wall-clock time of the call, instantiation included.
+    pub elapsed: Duration,
+}
+
+/// Most log lines kept per call; more are counted, not stored.
+const MAX_LOG_LINES: usize = 64;
+/// Most bytes of one log line kept.
+const MAX_LOG_LINE_BYTES: usize = 4096;
+/// Most table elements an instance may grow to (Rust policies use a few hundred).
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Per-call state inside the store.
+struct State {
+    memory_limit: usize,
+    memory_limit_hit: bool,
+    logs: Vec<LogLine>,
+    dropped_logs: usize,
+}
+
+impl ResourceLimiter for State {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            // Remember why growth failed: the guest usually traps right after.
+            self.memory_limit_hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Export handles resolved once per module, so calls skip name lookups.
+struct Exports {
+    memory: ModuleExport,
+    abi_version: ModuleExport,
+    alloc: ModuleExport,
+    evaluate: ModuleExport,
+    validate_settings: ModuleExport,
+}
+
+/// A policy module ready to evaluate. `Send + Sync`: share it across threads; each call gets its
+/// own store and instance, so calls never see each other's state.
+pub struct Policy {
+    info: ModuleInfo,
+    limits: Limits,
+    settings: Value,
+    pre: InstancePre<State>,
+    exports: Exports,
+    deadline_ticks: u64,
+    cache_status: CacheStatus,
+    load_time: Duration,
+}
+
+impl Policy {
+    pub(crate) fn load(host: &Host, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
+        let started = Instant::now();
+        let info = inspect(bytes)?;
+        if let Some(expected) = &options.sha256 {
+            if !expected.eq_ignore_ascii_case(&info.sha256) {
+                return Err(LoadError::DigestMismatch {
+                    expected: expected.to_ascii_lowercase(),
+                    actual: info.sha256,
+                });
+            }
+        }
+        info.check_abi()?;
+        let config = host.config();
+        if config.pooling && options.limits.memory_bytes > config.max_memory_bytes {
+            return Err(LoadError::Limits(format!(
+                "a memory limit of {} bytes is above the host's maximum of {} bytes",
+                options.limits.memory_bytes, config.max_memory_bytes
+            )));
+        }
+
+        let (module, cache_status) = host.compile(bytes, &info.sha256)?;
+        let mut linker: Linker<State> = Linker::new(host.engine());
+        linker
+            .func_wrap(abi::LOG_IMPORT_MODULE, abi::LOG_IMPORT_NAME, host_log)
+            .map_err(|err| LoadError::Compile(format!("{err:#}")))?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|err| LoadError::Compile(format!("{err:#}")))?;
+        let export = |name: &'static str| {
+            module
+                .get_export_index(name)
+                .ok_or(LoadError::MissingExport {
+                    name,
+                    expected: "an export",
+                })
+        };
+        let exports = Exports {
+            memory: export(abi::EXPORT_MEMORY)?,
+            abi_version: export(abi::EXPORT_ABI_VERSION)?,
+            alloc: export(abi::EXPORT_ALLOC)?,
+            evaluate: export(abi::EXPORT_EVALUATE)?,
+            validate_settings: export(abi::EXPORT_VALIDATE_SETTINGS)?,
+        };
+        let tick = config.epoch_tick.as_nanos().max(1);
+        // One extra tick: the current one may be nearly over when the call starts.
+        let deadline_ticks = (options.limits.timeout.as_nanos().div_ceil(tick) + 1) as u64;
+
+        let mut policy = Policy {
+            info,
+            limits: options.limits,
+            settings: Value::Null,
+            pre,
+            exports,
+            deadline_ticks,
+            cache_status,
+            load_time: Duration::ZERO,
+        };
+        let version = policy.abi_version().map_err(LoadError::Runtime)?;
+        if version != i64::from(abi::ABI_VERSION) {
+            return Err(LoadError::AbiMismatch {
+                found: version,
+                expected: abi::ABI_VERSION,
+            });
+        }
+        policy
+            .validate_settings(&options.settings)
+            .map_err(LoadError::Runtime)?
+            .map_err(LoadError::Settings)?;
+        policy.settings = options.settings;
+        policy.load_time = started.elapsed();
+        Ok(policy)
+    }
+
+    /// What the module declares.
+    pub fn info(&self) -> &ModuleInfo {
+        &self.info
+    }
+
+    /// The policy's name from its metadata, or its digest when it has none.
+    pub fn name(&self) -> String {
+        match &self.info.metadata {
+            Some(meta) => meta.name.clone(),
+            None => format!("sha256:{}", &self.info.sha256[..12]),
+        }
+    }
+
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The settings sent with every request.
+    pub fn settings(&self) -> &Value {
+        &self.settings
+    }
+
+    /// Whether the compiled module came from the cache.
+    pub fn cache_status(&self) -> &CacheStatus {
+        &self.cache_status
+    }
+
+    /// Time the load took (inspect, compile or cache load, ABI and settings checks).
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+
+    /// Evaluates one request. The request's own `settings` are replaced by the policy's.
+    pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
+        let input = serde_json::to_vec(&request.with_settings(&self.settings))
+            .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
+        self.evaluate_json(&input)
+    }
+
+    /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
+    pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
+        let started = Instant::now();
+        let (decision, logs) = self.call(&self.exports.evaluate, input, decode_decision)?;
+        Ok(Evaluation {
+            decision,
+            logs,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Asks the policy whether `settings` are valid: `Ok(Err(reason))` when it refuses them.
+    pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
+        let input = serde_json::to_vec(settings)
+            .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;
+        let (verdict, _logs) = self.call(&self.exports.validate_settings, &input, |bytes| {
+            let verdict: SettingsValidation = serde_json::from_slice(bytes).map_err(|err| {
+                EvalError::BadOutput(format!(
+                    "nicpolicy_validate_settings must return {{\"valid\": bool, \"message\": string}}: {err}"
+                ))
+            })?;
+            Ok(verdict)
+        })?;
+        Ok(match verdict {
+            SettingsValidation { valid: true, .. } => Ok(()),
+            SettingsValidation { message, .. } => {
+                Err(message.unwrap_or_else(|| "no reason given".to_string()))
+            }
+        })
+    }
+
+    fn new_store(&self) -> Store<State> {
+        let mut store = Store::new(
+            self.pre.module().engine(),
+            State {
+                memory_limit: self.limits.memory_bytes,
+                memory_limit_hit: false,
+                logs: Vec::new(),
+                dropped_logs: 0,
+            },
+        );
+        store.limiter(|state| state as &mut dyn ResourceLimiter);
+        store.set_epoch_deadline(self.deadline_ticks);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    fn abi_version(&self) -> Result<i64, EvalError> {
+        let mut store = self.new_store();
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|err| self.classify(err, &store, true))?;
+        let func: TypedFunc<(), i32> = typed(&mut store, &instance, &self.exports.abi_version)?;
+        let version = func
+            .call(&mut store, ())
+            .map_err(|err| self.classify(err, &store, false))?;
+        Ok(i64::from(version))
+    }
+
+    /// One call: fresh store and instance, input copied in, output decoded in place.
+    fn call<R>(
+        &self,
+        export: &ModuleExport,
+        input: &[u8],
+        decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
+    ) -> Result<(R, Vec<LogLine>), EvalError> {
+        if input.len() > self.limits.max_input_bytes {
+            return Err(EvalError::InputTooLarge {
+                size: input.len(),
+                limit: self.limits.max_input_bytes,
+            });
+        }
+        let mut store = self.new_store();
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|err| self.classify(err, &store, true))?;
+        let Some(Extern::Memory(memory)) = instance.get_module_export(&mut store, &self.exports.memory)
+        else {
+            return Err(EvalError::BadOutput("export `memory` is not a memory".into()));
+        };
+        let alloc: TypedFunc<i32, i32> = typed(&mut store, &instance, &self.exports.alloc)?;
+        let run: TypedFunc<(i32, i32), i64> = typed(&mut store, &instance, export)?;
+
+        let len = input.len() as i32;
+        let ptr = alloc
+            .call(&mut store, len)
+            .map_err(|err| self.classify(err, &store, false))?;
+        if ptr == 0 && len > 0 {
+            return Err(self.out_of_memory_or(&store, || {
+                EvalError::BadOutput(format!("nicpolicy_alloc returned 0 for {len} bytes"))
+            }));
+        }
+        memory.write(&mut store, ptr as u32 as usize, input).map_err(|_| {
+            EvalError::BadOutput(format!(
+                "nicpolicy_alloc returned {ptr:#x}, but {len} bytes there do not fit in memory of {} bytes",
+                memory.data_size(&store)
+            ))
+        })?;
+        let packed = run
+            .call(&mut store, (ptr, len))
+            .map_err(|err| self.classify(err, &store, false))?;
+        let (out_ptr, out_len) = abi::unpack(packed as u64);
+        let (out_ptr, out_len) = (out_ptr as usize, out_len as usize);
+        if out_len > self.limits.max_output_bytes {
+            return Err(EvalError::OutputTooLarge {
+                size: out_len,
+                limit: self.limits.max_output_bytes,
+            });
+        }
+        let data = memory.data(&store);
+        let bytes = out_ptr
+            .checked_add(out_len)
+            .and_then(|end| data.get(out_ptr..end))
+            .ok_or_else(|| {
+                EvalError::BadOutput(format!(
+                    "result at {out_ptr:#x} with length {out_len} lies outside memory of {} bytes",
+                    data.len()
+                ))
+            })?;
+        let result = decode(bytes)?;
+        let mut logs = std::mem::take(&mut store.data_mut().logs);
+        let dropped = store.data().dropped_logs;
+        if dropped > 0 {
+            logs.push(LogLine {
+                level: LogLevel::Warn,
+                message: format!("{dropped} more log lines dropped"),
+            });
+        }
+        Ok((result, logs))
+    }
+
+    fn out_of_memory_or(&self, store: &Store<State>, other: impl FnOnce() -> EvalError) -> EvalError {
+        if store.data().memory_limit_hit {
+            EvalError::MemoryLimit {
+                limit: self.limits.memory_bytes,
+            }
+        } else {
+            other()
+        }
+    }
+
+    /// Maps a Wasmtime error to what happened, in the policy's terms.
+    fn classify(&self, err: wasmtime::Error, store: &Store<State>, instantiating: bool) -> EvalError {
+        self.out_of_memory_or(store, || match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => EvalError::Timeout(self.limits.timeout),
+            Some(Trap::StackOverflow) => EvalError::Trap {
+                message: "call stack exhausted (recursion too deep)".to_string(),
+            },
+            Some(_) => EvalError::Trap {
+                message: format!("{err:#}"),
+            },
+            None if instantiating => EvalError::Instantiate(format!("{err:#}")),
+            None => EvalError::Trap {
+                message: format!("{err:#}"),
+            },
+        })
+    }
+}
+
+fn typed<P, R>(
+    store: &mut Store<State>,
+    instance: &wasmtime::Instance,
+    export: &ModuleExport,
+) -> Result<TypedFunc<P, R>, EvalError>
+where
+    P: wasmtime::WasmParams,
+    R: wasmtime::WasmResults,
+{
+    instance
+        .get_module_export(&mut *store, export)
+        .and_then(Extern::into_func)
+        .ok_or_else(|| EvalError::BadOutput("an ABI export is not a function".into()))?
+        .typed(&*store)
+        .map_err(|err| EvalError::BadOutput(format!("ABI export has the wrong type: {err:#}")))
+}
+
+/// The `nicpolicy.log` import: copies the message out of guest memory.
+fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    if caller.data().logs.len() >= MAX_LOG_LINES {
+        caller.data_mut().dropped_logs += 1;
+        return Ok(());
+    }
+    let Some(Extern::Memory(memory)) = caller.get_export(abi::EXPORT_MEMORY) else {
+        return Err(wasmtime::Error::msg("nicpolicy.log: the module exports no memory"));
+    };
+    let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(MAX_LOG_LINE_BYTES));
+    let message = memory
+        .data(&caller)
+        .get(start..start.saturating_add(len))
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!(
+                "nicpolicy.log: message at {start:#x} with length {len} lies outside memory"
+            ))
+        })?;
+    caller.data_mut().logs.push(LogLine {
+        level: LogLevel::from_i32(level),
+        message,
+    });
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    error: String,
+}
+
+/// Reads a decision (or an error envelope) and checks that it is coherent.
+pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|err| EvalError::BadOutput(format!("output is not UTF-8: {err}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed: Result<Decision, _> = serde_path_to_error::deserialize(&mut de);
+    let decision = match parsed {
+        Ok(decision) => {
+            de.end().map_err(|err| {
+                EvalError::BadOutput(format!("output has data after the decision: {err}"))
+            })?;
+            decision
+        }
+        Err(err) => {
+            if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(text) {
+                return Err(EvalError::Policy(envelope.error));
+            }
+            let path = err.path().to_string();
+            let at = if path == "." {
+                String::new()
+            } else {
+                format!(" at `{path}`")
+            };
+            return Err(EvalError::BadOutput(format!(
+                "output is not a decision{at}: {}",
+                err.inner()
+            )));
+        }
+    };
+    check_decision(&decision).map_err(EvalError::BadOutput)?;
+    Ok(decision)
+}
+
+/// The rules every decision follows, whichever policy made it.
+pub fn check_decision(decision: &Decision) -> Result<(), String> {
+    match (decision.allowed, decision.violations.is_empty()) {
+        (true, false) => {
+            return Err("decision allows the machine but lists violations".to_string())
+        }
+        (false, true) => {
+            return Err("decision denies the machine without a violation saying why".to_string())
+        }
+        _ => {}
+    }
+    let mut previous: Option<u32> = None;
+    for nic in &decision.nics {
+        if previous.is_some_and(|p| nic.index <= p) {
+            return Err(format!(
+                "NIC indexes must be unique and ascending; {} follows {}",
+                nic.index,
+                previous.unwrap_or_default()
+            ));
+        }
+        if nic.primary != (nic.index == 0) {
+            return Err(format!(
+                "NIC {} on {:?}: the primary NIC is exactly the one with index 0",
+                nic.index, nic.network
+            ));
+        }
+        previous = Some(nic.index);
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! Policy ABI v1: the names and numbers a policy module and the host agree on.
+//!
+//! A policy is a core WebAssembly module. The host copies JSON into the module's linear memory
+//! and reads JSON back; `docs/abi.md` is the full contract. In short:
+//!
+//! | export | signature | purpose |
+//! |---|---|---|
+//! | `memory` | memory | the linear memory the host reads and writes |
+//! | `nicpolicy_abi_version` | `() -> i32` | returns [`ABI_VERSION`] |
+//! | `nicpolicy_alloc` | `(len: i32) -> i32` | reserves `len` bytes for the input; 0 on failure |
+//! | `nicpolicy_evaluate` | `(ptr: i32, len: i32) -> i64` | request JSON in, decision JSON out |
+//! | `nicpolicy_validate_settings` | `(ptr: i32, len: i32) -> i64` | settings JSON in, verdict out |
+//!
+//! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
+//! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
+//! Metadata lives in the custom section [`METADATA_SECTION`].
+
+use serde::{Deserialize, Serialize};
+
+/// The ABI version this crate implements.
+pub const ABI_VERSION: u32 = 1;
+/// Export returning the ABI version.
+pub const EXPORT_ABI_VERSION: &str = "nicpolicy_abi_version";
+/// Export reserving input memory.
+pub const EXPORT_ALLOC: &str = "nicpolicy_alloc";
+/// Export evaluating a request.
+pub const EXPORT_EVALUATE: &str = "nicpolicy_evaluate";
+/// Export validating settings.
+pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
+/// Export holding the linear memory.
+pub const EXPORT_MEMORY: &str = "memory";
+/// Module of the one optional import.
+pub const LOG_IMPORT_MODULE: &str = "nicpolicy";
+/// Name of the one optional import.
+pub const LOG_IMPORT_NAME: &str = "log";
+/// Custom section holding the policy's [`Metadata`] as JSON.
+pub const METADATA_SECTION: &str = "nicpolicy.metadata";
+
+/// Log levels of the `nicpolicy.log` import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(i32)]
+pub enum LogLevel {
+    /// Detail for policy authors.
+    Debug = 0,
+    /// Normal information.
+    Info = 1,
+    /// Something looks wrong.
+    Warn = 2,
+    /// Something failed.
+    Error = 3,
+}
+
+impl LogLevel {
+    /// Level for a raw import argument; unknown numbers are treated as `Info`.
+    pub fn from_i32(level: i32) -> LogLevel {
+        match level {
+            0 => LogLevel::Debug,
+            2 => LogLevel::Warn,
+            3 => LogLevel::Error,
+            _ => LogLevel::Info,
+        }
+    }
+}
+
+/// What the `nicpolicy.metadata` custom section holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// Policy name, such as `nicpolicy-capvcd`.
+    pub name: String,
+    /// Policy version (semver).
+    pub version: String,
+    /// ABI version the module implements.
+    pub abi_version: u32,
+    /// One line on what the policy enforces.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// Packs a result pointer and length the way the ABI returns them.
+pub fn pack(ptr: u32, len: u32) -> u64 {
+    (u64::from(ptr) << 32) | u64::from(len)
+}
+
+/// Splits a packed result into pointer and length.
+pub fn unpack(packed: u64) -> (u32, u32) {
+    ((packed >> 32) as u32, packed as u32)
+}
+
+/// Builds the metadata section's bytes at compile time (used by [`export_policy!`]).
+///
+/// Refuses, at compile time, text that would need JSON escaping: names, versions and
+/// descriptions of policies are plain text.
+pub const fn metadata_bytes<const N: usize>(json: &str) -> [u8; N] {
+    let src = json.as_bytes();
+    assert!(src.len() == N, "metadata length mismatch");
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = src[i];
+        i += 1;
+    }
+    out
+}
+
+/// Checks at compile time that a metadata value needs no JSON escaping.
+pub const fn plain_text(value: &str) -> &str {
+    let bytes = value.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        assert!(
+            b != b'"' && b != b'\\' && b >= 0x20,
+            "policy name, version and description must not contain quotes, backslashes or control characters"
+        );
+        i += 1;
+    }
+    value
+}
+
+/// Exports a policy through ABI v1.
+///
+/// ```ignore
+/// use nicpolicy_plugin::{Decision, Request};
+///
+/// fn evaluate(request: &Request) -> Decision {
+///     nicpolicy_plugin::capvcd::evaluate(request)
+/// }
+///
+/// fn validate_settings(settings: &serde_json::Value) -> Result<(), String> {
+///     nicpolicy_plugin::capvcd::Settings::parse(settings).map(|_| ())
+/// }
+///
+/// nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+/// ```
+///
+/// With one argument, every settings value is accepted. The metadata (name, version,
+/// description) comes from the policy crate's `Cargo.toml`. The exports exist only when
+/// compiling for `wasm32`, so the same crate runs natively under `cargo test`.
+#[macro_export]
+macro_rules! export_policy {
+    ($evaluate:path) => {
+        $crate::export_policy!($evaluate, $crate::guest::accept_any_settings);
+    };
+    ($evaluate:path, $validate_settings:path) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_abi_version() -> u32 {
+                $crate::abi::ABI_VERSION
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_alloc(len: u32) -> u32 {
+                $crate::guest::alloc(len)
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_evaluate(ptr: u32, len: u32) -> u64 {
+                // SAFETY: the host wrote `len` bytes at `ptr`, which came from `nicpolicy_alloc`.
+                unsafe { $crate::guest::evaluate(ptr, len, $evaluate) }
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_validate_settings(ptr: u32, len: u32) -> u64 {
+                // SAFETY: as above.
+                unsafe { $crate::guest::validate_settings(ptr, len, $validate_settings) }
+            }
+
+            const METADATA_JSON: &str = concat!(
+                "{\"name\":\"",
+                env!("CARGO_PKG_NAME"),
+                "\",\"version\":\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",\"abiVersion\":1,\"description\":\"",
+                env!("CARGO_PKG_DESCRIPTION"),
+                "\"}"
+            );
+            const _CHECK: [&str; 3] = [
+                $crate::abi::plain_text(env!("CARGO_PKG_NAME")),
+                $crate::abi::plain_text(env!("CARGO_PKG_VERSION")),
+                $crate::abi::plain_text(env!("CARGO_PKG_DESCRIPTION")),
+            ];
+
+            #[link_section = "nicpolicy.metadata"]
+            #[used]
+            static METADATA: [u8; METADATA_JSON.len()] =
+                $crate::abi::metadata_bytes::<{ METADATA_JSON.len() }>(METADATA_JSON);
+        };
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_round_trips_full_range() {
+        for (ptr, len) in [(0, 0), (1, 2), (u32::MAX, u32::MAX), (65_536, 1_048_576)] {
+            assert_eq!(unpack(pack(ptr, len)), (ptr, len));
+        }
+    }
+
+    #[test]
+    fn metadata_bytes_copies_text() {
+        const JSON: &str = "{\"name\":\"storage-only\"}";
+        let bytes = metadata_bytes::<{ JSON.len() }>(JSON);
+        assert_eq!(&bytes, JSON.as_bytes());
+    }
+
+    #[test]
+    #[should_panic(expected = "quotes")]
+    fn plain_text_rejects_quotes() {
+        plain_text("say \"hi\"");
+    }
+}

@@ -1,0 +1,850 @@
+//! The reference CAPVCD network logic, as plain functions.
+//!
+//! [`evaluate`] is what the `nicpolicy-capvcd` policy (and so the host's default) runs. Each rule
+//! is its own public function, so a site policy can call [`evaluate_with`] and then add, drop or
+//! replace one rule without copying the rest:
+//!
+//! ```
+//! use nicpolicy_plugin::capvcd::{self, Settings};
+//! use nicpolicy_plugin::{Decision, Reason, Request, Violation};
+//!
+//! /// CAPVCD's rules, plus: workers never attach to the external network.
+//! fn evaluate(request: &Request) -> Decision {
+//!     let settings = match Settings::parse(&request.settings) {
+//!         Ok(settings) => settings,
+//!         Err(message) => return capvcd::settings_denial(message),
+//!     };
+//!     let mut decision = capvcd::evaluate_with(request, &settings);
+//!     let spec = request.kind.spec_path();
+//!     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+//!         if name == "ext-dmz-net" {
+//!             decision.violations.push(Violation::new(
+//!                 format!("{spec}.extraOvdcNetworks[{i}]"),
+//!                 Reason::Forbidden,
+//!                 "only load balancers attach to ext-dmz-net",
+//!             ));
+//!         }
+//!     }
+//!     decision.allowed = decision.violations.is_empty();
+//!     decision
+//! }
+//! # let _ = evaluate;
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schema::{
+    AdapterType, Decision, IpAllocationMode, Machine, NetworkType, Nic, Operation, Reason,
+    Request, Violation,
+};
+
+/// Cloud Director attaches at most this many NICs to one VM.
+pub const VCD_MAX_NICS: u32 = 10;
+/// Longest network name accepted; Cloud Director entity names stop at 128 characters.
+pub const MAX_NETWORK_NAME_LEN: usize = 128;
+
+/// Settings of the CAPVCD policy. Every field is optional; unknown fields are refused so that a
+/// typo does not silently fall back to a default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Settings {
+    /// Most NICs a machine may have, the primary included (1 to 10; default 10).
+    pub max_nics: u32,
+    /// Let a provisioned machine's NIC list change (CAPVCD then hot-removes and renumbers NICs).
+    pub allow_nic_changes_on_provisioned: bool,
+    /// Address mode for networks without their own entry (default POOL, as CAPVCD does).
+    pub default_ip_allocation_mode: IpAllocationMode,
+    /// Adapter for networks without their own entry (default VMXNET3, as CAPVCD does).
+    pub default_adapter_type: AdapterType,
+    /// Per-network overrides, keyed by org VDC network name.
+    pub networks: BTreeMap<String, NetworkSettings>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_nics: VCD_MAX_NICS,
+            allow_nic_changes_on_provisioned: false,
+            default_ip_allocation_mode: IpAllocationMode::Pool,
+            default_adapter_type: AdapterType::Vmxnet3,
+            networks: BTreeMap::new(),
+        }
+    }
+}
+
+/// How NICs on one network are set up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkSettings {
+    /// Address mode for NICs on this network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_allocation_mode: Option<IpAllocationMode>,
+    /// Adapter for NICs on this network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_type: Option<AdapterType>,
+    /// Whether NICs on this network start connected (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected: Option<bool>,
+}
+
+impl Settings {
+    /// Reads and checks settings; JSON `null` means all defaults. The error says which field is
+    /// wrong and why.
+    pub fn parse(value: &Value) -> Result<Settings, String> {
+        if value.is_null() {
+            return Ok(Settings::default());
+        }
+        let settings: Settings = Settings::deserialize(value).map_err(|err| err.to_string())?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.max_nics == 0 || self.max_nics > VCD_MAX_NICS {
+            return Err(format!(
+                "maxNics: {} is out of range; a VM has 1 to {VCD_MAX_NICS} NICs in Cloud Director",
+                self.max_nics
+            ));
+        }
+        if self.default_ip_allocation_mode == IpAllocationMode::Manual {
+            return Err(
+                "defaultIpAllocationMode: MANUAL needs an address per machine, which this policy \
+                 does not assign; use POOL, DHCP or NONE"
+                    .to_string(),
+            );
+        }
+        for (name, network) in &self.networks {
+            check_name(name).map_err(|why| format!("networks: key {name:?} {why}"))?;
+            if network.ip_allocation_mode == Some(IpAllocationMode::Manual) {
+                return Err(format!(
+                    "networks.{name}.ipAllocationMode: MANUAL needs an address per machine, \
+                     which this policy does not assign; use POOL, DHCP or NONE"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The NIC this policy plans for `network` at `index`.
+    pub fn nic(&self, index: u32, network: &str) -> Nic {
+        let own = self.networks.get(network);
+        Nic {
+            index,
+            network: network.to_string(),
+            primary: index == 0,
+            ip_allocation_mode: own
+                .and_then(|n| n.ip_allocation_mode)
+                .unwrap_or(self.default_ip_allocation_mode),
+            ip_address: None,
+            adapter_type: own
+                .and_then(|n| n.adapter_type)
+                .unwrap_or(self.default_adapter_type),
+            connected: own.and_then(|n| n.connected).unwrap_or(true),
+        }
+    }
+}
+
+/// Checks settings for the `nicpolicy_validate_settings` export.
+pub fn validate_settings(settings: &Value) -> Result<(), String> {
+    Settings::parse(settings).map(|_| ())
+}
+
+/// The decision for settings that could not be read (the host normally refuses them at load).
+pub fn settings_denial(message: String) -> Decision {
+    Decision::from_violations(vec![Violation::new(
+        "settings",
+        Reason::Invalid,
+        format!("the policy's settings are invalid: {message}"),
+    )])
+}
+
+/// Where the primary network (NIC 0) comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Primary {
+    /// Known: the network and the field that named it.
+    Network {
+        /// Org VDC network name.
+        name: String,
+        /// Field path of its source, such as `cluster.spec.ovdcNetwork`.
+        field: String,
+    },
+    /// Multi-zone cluster, machine without a failure domain: CAPVCD picks the zone later, so
+    /// NIC 0 will be one of these.
+    ZoneDependent(Vec<ZoneNetwork>),
+}
+
+/// The primary network of one zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneNetwork {
+    /// Zone name.
+    pub zone: String,
+    /// The zone's `ovdcNetworkName`.
+    pub network: String,
+    /// Field path of that name in the VCDCluster.
+    pub field: String,
+}
+
+impl Primary {
+    /// Every network NIC 0 may end up on, with the field that names it.
+    pub fn candidates(&self) -> Vec<(&str, &str)> {
+        match self {
+            Primary::Network { name, field } => vec![(name.as_str(), field.as_str())],
+            Primary::ZoneDependent(zones) => zones
+                .iter()
+                .map(|z| (z.network.as_str(), z.field.as_str()))
+                .collect(),
+        }
+    }
+
+    /// The network of NIC 0, when it is known now.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Primary::Network { name, .. } => Some(name),
+            Primary::ZoneDependent(_) => None,
+        }
+    }
+}
+
+/// Resolves NIC 0 the way CAPVCD does: `spec.ovdcNetwork` of a single-zone cluster, or the
+/// `ovdcNetworkName` of the machine's failure-domain zone.
+pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, Violation> {
+    let cluster = &request.cluster;
+    let spec = request.kind.spec_path();
+    if !cluster.is_multi_zone() {
+        if cluster.ovdc_network.is_empty() {
+            return Err(Violation::new(
+                "cluster.spec.ovdcNetwork",
+                Reason::Required,
+                format!(
+                    "VCDCluster {:?} has neither spec.ovdcNetwork nor zones, so the primary \
+                     network (NIC 0) cannot be resolved",
+                    cluster.name
+                ),
+            ));
+        }
+        return Ok(Primary::Network {
+            name: cluster.ovdc_network.clone(),
+            field: "cluster.spec.ovdcNetwork".to_string(),
+        });
+    }
+
+    let zone_network = |i: usize| -> Result<ZoneNetwork, Violation> {
+        let zone = &cluster.zones[i];
+        let field = format!("cluster.spec.multiZoneSpec.zones[{i}].ovdcNetworkName");
+        if zone.ovdc_network_name.is_empty() {
+            return Err(Violation::new(
+                field,
+                Reason::Required,
+                format!(
+                    "zone {:?} of VCDCluster {:?} names no ovdcNetworkName, so the primary \
+                     network (NIC 0) of its machines cannot be resolved",
+                    zone.name, cluster.name
+                ),
+            ));
+        }
+        Ok(ZoneNetwork {
+            zone: zone.name.clone(),
+            network: zone.ovdc_network_name.clone(),
+            field,
+        })
+    };
+
+    match machine.failure_domain.as_deref().filter(|fd| !fd.is_empty()) {
+        Some(domain) => {
+            let Some(i) = cluster.zones.iter().position(|z| z.name == domain) else {
+                let known: Vec<&str> = cluster.zones.iter().map(|z| z.name.as_str()).collect();
+                return Err(Violation::new(
+                    format!("{spec}.failureDomain"),
+                    Reason::NotFound,
+                    format!(
+                        "zone {domain:?} is not a zone of VCDCluster {:?} (zones: {})",
+                        cluster.name,
+                        known.join(", ")
+                    ),
+                ));
+            };
+            let zone = zone_network(i)?;
+            Ok(Primary::Network {
+                name: zone.network,
+                field: zone.field,
+            })
+        }
+        None => {
+            let zones = (0..cluster.zones.len())
+                .map(zone_network)
+                .collect::<Result<Vec<_>, _>>()?;
+            if zones.iter().all(|z| z.network == zones[0].network) {
+                let first = zones.into_iter().next();
+                // `is_multi_zone` guarantees a first zone.
+                return Ok(first.map_or(
+                    Primary::ZoneDependent(Vec::new()),
+                    |z| Primary::Network {
+                        name: z.network,
+                        field: z.field,
+                    },
+                ));
+            }
+            Ok(Primary::ZoneDependent(zones))
+        }
+    }
+}
+
+/// Why `name` is not a usable network name, if it is not.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty; name an org VDC network".to_string());
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NETWORK_NAME_LEN {
+        return Err(format!(
+            "is {chars} characters long; Cloud Director network names have at most \
+             {MAX_NETWORK_NAME_LEN}"
+        ));
+    }
+    if name.trim() != name {
+        return Err(format!(
+            "{name:?} has leading or trailing white space, which no Cloud Director network name has"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("{name:?} contains a control character"));
+    }
+    Ok(())
+}
+
+fn extra_field(request: &Request, i: usize) -> String {
+    format!("{}.extraOvdcNetworks[{i}]", request.kind.spec_path())
+}
+
+/// Empty or malformed names in `extraOvdcNetworks`.
+pub fn check_names(request: &Request) -> Vec<Violation> {
+    let extras = &request.machine.extra_ovdc_networks;
+    extras
+        .iter()
+        .enumerate()
+        .filter_map(|(i, name)| {
+            check_name(name).err().map(|why| {
+                let reason = if name.is_empty() {
+                    Reason::Required
+                } else {
+                    Reason::Invalid
+                };
+                Violation::new(extra_field(request, i), reason, format!("network name {why}"))
+            })
+        })
+        .collect()
+}
+
+/// A name listed twice in `extraOvdcNetworks` (CAPVCD would create two NICs with one index).
+pub fn check_duplicates(request: &Request) -> Vec<Violation> {
+    let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut violations = Vec::new();
+    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        match first_seen.get(name.as_str()) {
+            Some(&first) => violations.push(Violation::new(
+                extra_field(request, i),
+                Reason::Duplicate,
+                format!(
+                    "network {name:?} is already listed at {}; each network can be attached once",
+                    extra_field(request, first)
+                ),
+            )),
+            None => {
+                first_seen.insert(name, i);
+            }
+        }
+    }
+    violations
+}
+
+/// The primary network listed again among the extras (it is always NIC 0 already).
+pub fn check_primary_repeated(request: &Request, primary: &Primary) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+        let message = match primary {
+            Primary::Network { name: p, .. } if p == name => format!(
+                "network {name:?} is the cluster's primary network, which CAPVCD always \
+                 attaches as NIC 0; remove it from the extra networks"
+            ),
+            Primary::ZoneDependent(zones) => match zones.iter().find(|z| &z.network == name) {
+                Some(zone) => format!(
+                    "network {name:?} is the primary network of zone {:?}; if CAPVCD places \
+                     the machine there it would be attached twice",
+                    zone.zone
+                ),
+                None => continue,
+            },
+            Primary::Network { .. } => continue,
+        };
+        violations.push(Violation::new(
+            extra_field(request, i),
+            Reason::Duplicate,
+            message,
+        ));
+    }
+    violations
+}
+
+/// More NICs than `settings.max_nics`.
+pub fn check_nic_count(request: &Request, settings: &Settings) -> Vec<Violation> {
+    let extras = request.machine.extra_ovdc_networks.len();
+    let total = extras + 1;
+    if total <= settings.max_nics as usize {
+        return Vec::new();
+    }
+    let limit = if settings.max_nics == VCD_MAX_NICS {
+        format!("Cloud Director attaches at most {VCD_MAX_NICS} NICs to a VM")
+    } else {
+        format!("this site allows at most {} NICs (maxNics)", settings.max_nics)
+    };
+    vec![Violation::new(
+        format!("{}.extraOvdcNetworks", request.kind.spec_path()),
+        Reason::TooMany,
+        format!(
+            "{total} NICs requested (the primary and {extras} extra networks), but {limit}; \
+             list at most {} extra networks",
+            settings.max_nics - 1
+        ),
+    )]
+}
+
+/// Networks missing from the inventory, when the request carries one.
+pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
+    let Some(inventory) = &request.inventory else {
+        return Vec::new();
+    };
+    let index = inventory.index();
+    let missing = |name: &str, field: String, what: &str| -> Option<Violation> {
+        if name.is_empty() || index.contains_key(name) {
+            return None;
+        }
+        let hint = closest(name, index.keys().copied())
+            .map(|near| format!("; did you mean {near:?}?"))
+            .unwrap_or_default();
+        Some(Violation::new(
+            field,
+            Reason::NotFound,
+            format!("{what} {name:?} is not a network of the org VDC{hint}"),
+        ))
+    };
+    let mut violations: Vec<Violation> = primary
+        .candidates()
+        .into_iter()
+        .filter_map(|(name, field)| missing(name, field.to_string(), "primary network"))
+        .collect();
+    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+        violations.extend(missing(name, extra_field(request, i), "network"));
+    }
+    violations
+}
+
+/// The known name nearest to `name` (case or a typo or two apart), if any is near.
+fn closest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = name.to_lowercase();
+    known
+        .filter_map(|candidate| {
+            let distance = if candidate.to_lowercase() == lower {
+                0
+            } else {
+                edit_distance(&lower, &candidate.to_lowercase())
+            };
+            (distance <= 2).then_some((distance, candidate))
+        })
+        .min()
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Address modes and adapters that cannot work: a primary without an address, SR-IOV on a
+/// network that is not direct.
+pub fn check_nic_setup(request: &Request, primary: &Primary, nics: &[Nic]) -> Vec<Violation> {
+    let index = request.inventory.as_ref().map(|inv| inv.index());
+    let mut violations = Vec::new();
+    for nic in nics {
+        let field = if let (true, Primary::Network { field, .. }) = (nic.primary, primary) {
+            field.clone()
+        } else {
+            extra_field(request, nic.index as usize - 1)
+        };
+        if nic.primary && nic.ip_allocation_mode == IpAllocationMode::None {
+            violations.push(Violation::new(
+                field.clone(),
+                Reason::Invalid,
+                format!(
+                    "the primary NIC on {:?} would get no address (ipAllocationMode NONE in the \
+                     policy settings); machine addresses come from the primary NIC, so the \
+                     node would never become ready",
+                    nic.network
+                ),
+            ));
+        }
+        if nic.adapter_type == AdapterType::SriovEthernetCard {
+            let network_type = index
+                .as_ref()
+                .and_then(|idx| idx.get(nic.network.as_str()))
+                .and_then(|n| n.network_type);
+            if let Some(kind) = network_type.filter(|t| *t != NetworkType::Direct) {
+                violations.push(Violation::new(
+                    field,
+                    Reason::Invalid,
+                    format!(
+                        "network {:?} is {kind:?}, but SR-IOV NICs (adapterType SRIOVETHERNETCARD \
+                         in the policy settings) need a direct network",
+                        nic.network
+                    ),
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// On UPDATE of a provisioned machine, a changed NIC list (CAPVCD would hot-remove and
+/// renumber NICs of a running VM). Returns violations, or warnings when the settings allow it.
+pub fn check_provisioned_update(
+    request: &Request,
+    settings: &Settings,
+    primary: &Primary,
+) -> (Vec<Violation>, Vec<String>) {
+    let (Operation::Update, Some(old)) = (request.operation, &request.old_machine) else {
+        return (Vec::new(), Vec::new());
+    };
+    if !old.is_provisioned() {
+        return (Vec::new(), Vec::new());
+    }
+    let spec = request.kind.spec_path();
+    let provider_id = old.provider_id.as_deref().unwrap_or_default();
+    let mut changes = Vec::new();
+    if old.extra_ovdc_networks != request.machine.extra_ovdc_networks {
+        changes.push((
+            format!("{spec}.extraOvdcNetworks"),
+            format!(
+                "the extra networks change from [{}] to [{}]",
+                old.extra_ovdc_networks.join(", "),
+                request.machine.extra_ovdc_networks.join(", ")
+            ),
+        ));
+    }
+    if let (Ok(Primary::Network { name: before, .. }), Some(after)) =
+        (resolve_primary(request, old), primary.name())
+    {
+        if before != after {
+            changes.push((
+                format!("{spec}.failureDomain"),
+                format!("the primary network changes from {before:?} to {after:?}"),
+            ));
+        }
+    }
+    if settings.allow_nic_changes_on_provisioned {
+        let warnings = changes
+            .into_iter()
+            .map(|(field, what)| {
+                format!(
+                    "{field}: {what} on a running VM; CAPVCD rewrites its NetworkConnectionSection, \
+                     removing NICs and renumbering the rest"
+                )
+            })
+            .collect();
+        return (Vec::new(), warnings);
+    }
+    let violations = changes
+        .into_iter()
+        .map(|(field, what)| {
+            Violation::new(
+                field,
+                Reason::Forbidden,
+                format!(
+                    "{what}, but the machine is provisioned ({provider_id}); CAPVCD would \
+                     hot-remove and renumber the NICs of the running VM. Replace the machine \
+                     instead, or set allowNicChangesOnProvisioned"
+                ),
+            )
+        })
+        .collect();
+    (violations, Vec::new())
+}
+
+/// The NIC plan: the primary as NIC 0 (when known), then the extras in order.
+pub fn plan_nics(request: &Request, settings: &Settings, primary: &Primary) -> Vec<Nic> {
+    let mut nics = Vec::with_capacity(request.machine.extra_ovdc_networks.len() + 1);
+    if let Some(name) = primary.name() {
+        nics.push(settings.nic(0, name));
+    }
+    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+        nics.push(settings.nic(i as u32 + 1, name));
+    }
+    nics
+}
+
+/// Advice that does not block admission.
+pub fn advise(request: &Request, primary: &Primary, nics: &[Nic]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Primary::ZoneDependent(zones) = primary {
+        let choices: Vec<String> = zones
+            .iter()
+            .map(|z| format!("{} -> {}", z.zone, z.network))
+            .collect();
+        warnings.push(format!(
+            "{}.failureDomain is not set in a multi-zone cluster: NIC 0 will be the primary \
+             network of the zone CAPVCD picks ({}); the plan lists the extra NICs only",
+            request.kind.spec_path(),
+            choices.join(", ")
+        ));
+    }
+    if !request.cluster.is_multi_zone() {
+        if let Some(domain) = request.machine.failure_domain.as_deref() {
+            if !domain.is_empty() {
+                warnings.push(format!(
+                    "{}.failureDomain {domain:?} has no effect on networks: VCDCluster {:?} has \
+                     no zones",
+                    request.kind.spec_path(),
+                    request.cluster.name
+                ));
+            }
+        }
+    }
+    for nic in nics {
+        match (nic.primary, nic.ip_allocation_mode) {
+            (true, IpAllocationMode::Dhcp) => warnings.push(format!(
+                "NIC 0 ({}) uses DHCP: the machine's addresses are known only after the guest \
+                 reports them, which delays node readiness",
+                nic.network
+            )),
+            (false, IpAllocationMode::None) => warnings.push(format!(
+                "NIC {} ({}) gets no address (ipAllocationMode NONE); configure it in the guest",
+                nic.index, nic.network
+            )),
+            _ => {}
+        }
+    }
+    warnings
+}
+
+/// The networks the vApp must hold, once each, in NIC order.
+pub fn vapp_networks(nics: &[Nic]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::with_capacity(nics.len());
+    for nic in nics {
+        if !names.contains(&nic.network) {
+            names.push(nic.network.clone());
+        }
+    }
+    names
+}
+
+/// The CAPVCD policy: reads the settings from the request, then [`evaluate_with`].
+pub fn evaluate(request: &Request) -> Decision {
+    match Settings::parse(&request.settings) {
+        Ok(settings) => evaluate_with(request, &settings),
+        Err(message) => settings_denial(message),
+    }
+}
+
+/// Every CAPVCD rule, all violations reported together.
+pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
+    let mut violations = check_names(request);
+    violations.extend(check_duplicates(request));
+    violations.extend(check_nic_count(request, settings));
+
+    let (nics, mut warnings) = match resolve_primary(request, &request.machine) {
+        Ok(primary) => {
+            violations.extend(check_primary_repeated(request, &primary));
+            violations.extend(check_inventory(request, &primary));
+            let (update_violations, update_warnings) =
+                check_provisioned_update(request, settings, &primary);
+            violations.extend(update_violations);
+            let nics = plan_nics(request, settings, &primary);
+            violations.extend(check_nic_setup(request, &primary, &nics));
+            let mut warnings = advise(request, &primary, &nics);
+            warnings.extend(update_warnings);
+            (nics, warnings)
+        }
+        Err(violation) => {
+            violations.push(violation);
+            (Vec::new(), Vec::new())
+        }
+    };
+    warnings.dedup();
+
+    let vapp_networks = vapp_networks(&nics);
+    Decision {
+        allowed: violations.is_empty(),
+        nics,
+        extra_ovdc_networks: Some(request.machine.extra_ovdc_networks.clone()),
+        vapp_networks,
+        violations,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Cluster, Inventory, Network, ObjectKind, Role, Zone};
+
+    fn request(extras: &[&str]) -> Request {
+        Request {
+            operation: Operation::Create,
+            kind: ObjectKind::VcdMachine,
+            machine: Machine {
+                name: "prod-eu1-md-0-x7k2p".into(),
+                namespace: "prod-eu1".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                role: Role::Worker,
+                failure_domain: None,
+                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
+                provider_id: None,
+            },
+            old_machine: None,
+            cluster: Cluster {
+                name: "prod-eu1".into(),
+                namespace: "prod-eu1".into(),
+                ovdc: "eu1-ovdc".into(),
+                ovdc_network: "mgmt-net".into(),
+                zone_topology: None,
+                zones: Vec::new(),
+            },
+            inventory: None,
+            settings: Value::Null,
+        }
+    }
+
+    fn zones() -> Vec<Zone> {
+        ["a", "b"]
+            .iter()
+            .map(|z| Zone {
+                name: format!("zone-{z}"),
+                ovdc: format!("eu1-ovdc-{z}"),
+                ovdc_network_name: format!("mgmt-net-{z}"),
+                control_plane_zone: true,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plans_primary_then_extras_with_capvcd_defaults() {
+        let d = evaluate(&request(&["storage-net", "workload-net"]));
+        assert!(d.allowed, "{d:?}");
+        let names: Vec<&str> = d.nics.iter().map(|n| n.network.as_str()).collect();
+        assert_eq!(names, ["mgmt-net", "storage-net", "workload-net"]);
+        assert!(d.nics[0].primary && !d.nics[1].primary);
+        assert!(d
+            .nics
+            .iter()
+            .all(|n| n.ip_allocation_mode == IpAllocationMode::Pool
+                && n.adapter_type == AdapterType::Vmxnet3
+                && n.connected));
+        assert_eq!(d.vapp_networks, ["mgmt-net", "storage-net", "workload-net"]);
+    }
+
+    #[test]
+    fn reports_every_violation_together() {
+        let d = evaluate(&request(&["storage-net", "mgmt-net", "storage-net", ""]));
+        let fields: Vec<(&str, Reason)> = d
+            .violations
+            .iter()
+            .map(|v| (v.field.as_str(), v.reason))
+            .collect();
+        assert!(!d.allowed);
+        assert!(fields.contains(&("spec.extraOvdcNetworks[3]", Reason::Required)));
+        assert!(fields.contains(&("spec.extraOvdcNetworks[2]", Reason::Duplicate)));
+        assert!(fields.contains(&("spec.extraOvdcNetworks[1]", Reason::Duplicate)));
+        assert_eq!(fields.len(), 3);
+    }
+
+    #[test]
+    fn zone_of_failure_domain_gives_primary() {
+        let mut r = request(&["storage-net"]);
+        r.cluster.ovdc_network.clear();
+        r.cluster.zones = zones();
+        r.machine.failure_domain = Some("zone-b".into());
+        let d = evaluate(&r);
+        assert_eq!(d.nics[0].network, "mgmt-net-b");
+
+        r.machine.failure_domain = Some("zone-c".into());
+        let d = evaluate(&r);
+        assert_eq!(d.violations[0].field, "spec.failureDomain");
+        assert_eq!(d.violations[0].reason, Reason::NotFound);
+    }
+
+    #[test]
+    fn zone_dependent_primary_warns_and_checks_every_zone() {
+        let mut r = request(&["mgmt-net-a"]);
+        r.cluster.zones = zones();
+        let d = evaluate(&r);
+        assert!(!d.allowed);
+        assert!(d.violations[0].message.contains("zone-a"));
+        assert!(d.warnings[0].contains("zone-a -> mgmt-net-a"));
+    }
+
+    #[test]
+    fn inventory_misses_are_not_found_with_hint() {
+        let mut r = request(&["storage-nett"]);
+        r.inventory = Some(Inventory {
+            networks: ["mgmt-net", "storage-net"]
+                .iter()
+                .map(|n| Network {
+                    name: n.to_string(),
+                    network_type: Some(NetworkType::Routed),
+                    gateway: None,
+                    prefix_length: None,
+                    static_ip_ranges: Vec::new(),
+                    dns: Vec::new(),
+                })
+                .collect(),
+        });
+        let d = evaluate(&r);
+        assert_eq!(d.violations.len(), 1);
+        assert_eq!(d.violations[0].reason, Reason::NotFound);
+        assert!(d.violations[0].message.contains("did you mean \"storage-net\""));
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(Settings::parse(&serde_json::json!({"maxNics": 11})).is_err());
+        assert!(Settings::parse(&serde_json::json!({"maxNic": 4}))
+            .unwrap_err()
+            .contains("unknown field"));
+        assert!(Settings::parse(&serde_json::json!({
+            "networks": {"storage-net": {"ipAllocationMode": "MANUAL"}}
+        }))
+        .is_err());
+        let s = Settings::parse(&serde_json::json!({
+            "networks": {"storage-net": {"ipAllocationMode": "DHCP"}}
+        }))
+        .unwrap();
+        assert_eq!(s.nic(1, "storage-net").ip_allocation_mode, IpAllocationMode::Dhcp);
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("storage-net", "storage-net"), 0);
+        assert_eq!(edit_distance("storage-nett", "storage-net"), 1);
+        assert_eq!(edit_distance("strage-nte", "storage-net"), 3);
+    }
+}

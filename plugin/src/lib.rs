@@ -1,0 +1,37 @@
+//! Guest SDK and shared schema for nicpolicy network policies.
+//!
+//! A nicpolicy policy decides, for one CAPVCD machine, which NICs it gets and whether it may be
+//! admitted. It is compiled to a WebAssembly module that the `nicpolicy` host runs; this crate
+//! holds everything both sides share:
+//!
+//! - [`schema`]: the [`Request`] a policy receives and the [`Decision`] it returns;
+//! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
+//!   [`export_policy!`] which wires a policy function up to them;
+//! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule.
+//!
+//! A whole policy is one function:
+//!
+//! ```
+//! use nicpolicy_plugin::{capvcd, Decision, Request};
+//!
+//! fn evaluate(request: &Request) -> Decision {
+//!     capvcd::evaluate(request)
+//! }
+//!
+//! nicpolicy_plugin::export_policy!(evaluate, capvcd::validate_settings);
+//! # fn main() {}
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-unknown-unknown --profile policy`; the same
+//! function runs natively under `cargo test`.
+
+pub mod abi;
+pub mod capvcd;
+pub mod guest;
+pub mod schema;
+
+pub use guest::log;
+pub use schema::{
+    AdapterType, Cluster, Decision, Inventory, IpAllocationMode, Machine, Network, NetworkType,
+    Nic, ObjectKind, Operation, Reason, Request, Role, Violation, Zone,
+};

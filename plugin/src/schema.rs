@@ -1,0 +1,485 @@
+//! The request a policy receives and the decision it returns.
+//!
+//! Both travel as JSON (camelCase field names) across the [ABI](crate::abi); `docs/schema.md`
+//! describes every field with examples. The host builds the request from the Kubernetes objects
+//! (VCDMachine or VCDMachineTemplate, VCDCluster) and an optional inventory of the org VDC's
+//! networks, so a policy never parses manifests itself.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Label that names the Cluster API cluster a machine belongs to.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Label that marks control-plane machines (its value does not matter).
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+
+/// Everything a policy needs to default and validate one machine's networks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    /// Whether the object is being created or updated.
+    pub operation: Operation,
+    /// Which kind of object the machine comes from; decides the field paths of violations.
+    pub kind: ObjectKind,
+    /// The machine (or the machine template's `spec.template`) as it will be stored.
+    pub machine: Machine,
+    /// The machine as stored before this change; only on [`Operation::Update`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_machine: Option<Machine>,
+    /// The VCDCluster the machine belongs to.
+    pub cluster: Cluster,
+    /// The org VDC's networks, when the host knows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
+    /// The policy's own settings, as configured by the site (JSON `null` when none).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub settings: Value,
+}
+
+impl Request {
+    /// Borrows this request with `settings` in place of its own, so a host can send the
+    /// settings of the policy it calls without cloning the request.
+    pub fn with_settings<'a>(&'a self, settings: &'a Value) -> RequestRef<'a> {
+        RequestRef {
+            operation: self.operation,
+            kind: self.kind,
+            machine: &self.machine,
+            old_machine: self.old_machine.as_ref(),
+            cluster: &self.cluster,
+            inventory: self.inventory.as_ref(),
+            settings,
+        }
+    }
+}
+
+/// A borrowed [`Request`]; serialises to the same JSON.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRef<'a> {
+    /// See [`Request::operation`].
+    pub operation: Operation,
+    /// See [`Request::kind`].
+    pub kind: ObjectKind,
+    /// See [`Request::machine`].
+    pub machine: &'a Machine,
+    /// See [`Request::old_machine`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_machine: Option<&'a Machine>,
+    /// See [`Request::cluster`].
+    pub cluster: &'a Cluster,
+    /// See [`Request::inventory`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<&'a Inventory>,
+    /// See [`Request::settings`].
+    #[serde(skip_serializing_if = "is_null")]
+    pub settings: &'a Value,
+}
+
+fn is_null(value: &&Value) -> bool {
+    value.is_null()
+}
+
+/// The admission operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    /// A new object.
+    Create,
+    /// A change to an existing object; [`Request::old_machine`] holds the stored version.
+    Update,
+}
+
+/// The Kubernetes kind the machine was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjectKind {
+    /// `VCDMachine`: one VM.
+    #[serde(rename = "VCDMachine")]
+    VcdMachine,
+    /// `VCDMachineTemplate`: the template a MachineDeployment or control plane stamps out.
+    #[serde(rename = "VCDMachineTemplate")]
+    VcdMachineTemplate,
+}
+
+impl ObjectKind {
+    /// Path of the `VCDMachineSpec` inside an object of this kind.
+    pub fn spec_path(self) -> &'static str {
+        match self {
+            ObjectKind::VcdMachine => "spec",
+            ObjectKind::VcdMachineTemplate => "spec.template.spec",
+        }
+    }
+
+    /// The kind's name as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::VcdMachine => "VCDMachine",
+            ObjectKind::VcdMachineTemplate => "VCDMachineTemplate",
+        }
+    }
+}
+
+/// The machine's role in the cluster, from the `cluster.x-k8s.io/control-plane` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Carries the `cluster.x-k8s.io/control-plane` label.
+    ControlPlane,
+    /// Any other machine.
+    Worker,
+}
+
+/// The network-relevant part of a VCDMachine (or of a VCDMachineTemplate's `spec.template`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.namespace`.
+    #[serde(default)]
+    pub namespace: String,
+    /// `metadata.labels` (for a template, merged with `spec.template.metadata.labels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations` (for a template, merged with `spec.template.metadata.annotations`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Derived from the control-plane label.
+    pub role: Role,
+    /// `spec.failureDomain`: the zone of a multi-zone cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+    /// `spec.extraOvdcNetworks`: networks attached after the primary, in order.
+    #[serde(default)]
+    pub extra_ovdc_networks: Vec<String>,
+    /// `spec.providerID`: set once the VM exists (`vmware-cloud-director://<vm id>`).
+    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+}
+
+impl Machine {
+    /// Whether the VM exists already: CAPVCD sets `providerID` once it has created it.
+    pub fn is_provisioned(&self) -> bool {
+        self.provider_id.as_deref().is_some_and(|id| !id.is_empty())
+    }
+
+    /// Role derived from labels, the way Cluster API marks control-plane machines.
+    pub fn role_from_labels(labels: &BTreeMap<String, String>) -> Role {
+        if labels.contains_key(CONTROL_PLANE_LABEL) {
+            Role::ControlPlane
+        } else {
+            Role::Worker
+        }
+    }
+}
+
+/// The network-relevant part of a VCDCluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    /// `metadata.name` of the VCDCluster.
+    pub name: String,
+    /// `metadata.namespace`.
+    #[serde(default)]
+    pub namespace: String,
+    /// `spec.ovdc`: the org VDC of a single-zone cluster.
+    #[serde(default)]
+    pub ovdc: String,
+    /// `spec.ovdcNetwork`: the primary network of a single-zone cluster (may be empty).
+    #[serde(default)]
+    pub ovdc_network: String,
+    /// `spec.multiZoneSpec.zoneTopology` (for example `DCGroup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_topology: Option<String>,
+    /// `spec.multiZoneSpec.zones`: empty for a single-zone cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<Zone>,
+}
+
+impl Cluster {
+    /// A cluster is multi-zone when it lists zones.
+    pub fn is_multi_zone(&self) -> bool {
+        !self.zones.is_empty()
+    }
+}
+
+/// One zone of a multi-zone cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Zone {
+    /// Zone name, as machines give it in `spec.failureDomain`.
+    pub name: String,
+    /// The org VDC of this zone.
+    #[serde(default)]
+    pub ovdc: String,
+    /// The primary network of machines in this zone.
+    #[serde(default)]
+    pub ovdc_network_name: String,
+    /// Whether control-plane machines may run in this zone.
+    #[serde(default)]
+    pub control_plane_zone: bool,
+}
+
+/// The org VDC networks a site knows of.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    /// Every network machines may attach to.
+    pub networks: Vec<Network>,
+}
+
+impl Inventory {
+    /// Index by name, built once per evaluation so lookups stay O(log n).
+    pub fn index(&self) -> BTreeMap<&str, &Network> {
+        self.networks.iter().map(|n| (n.name.as_str(), n)).collect()
+    }
+}
+
+/// One org VDC network.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    /// The org VDC network name, as machines name it.
+    pub name: String,
+    /// How the network connects.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub network_type: Option<NetworkType>,
+    /// Gateway address (IPv4 or IPv6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// Prefix length of the subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<u8>,
+    /// Ranges of the static IP pool (what POOL and MANUAL addresses come from).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub static_ip_ranges: Vec<IpRange>,
+    /// DNS servers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<String>,
+}
+
+/// Org VDC network types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkType {
+    /// Routed through an edge gateway (NAT_ROUTED).
+    Routed,
+    /// Isolated, no uplink.
+    Isolated,
+    /// Connected directly to an external network (needed for SR-IOV).
+    Direct,
+    /// Imported from NSX-T (an opaque network).
+    Imported,
+}
+
+/// An inclusive range of addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpRange {
+    /// First address of the range.
+    pub start: String,
+    /// Last address of the range.
+    pub end: String,
+}
+
+/// What a policy decided about one machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// Whether the machine may be admitted. `false` needs at least one violation.
+    pub allowed: bool,
+    /// The NIC plan, ordered by index; NIC 0 is the primary.
+    #[serde(default)]
+    pub nics: Vec<Nic>,
+    /// The list to write back into `spec.extraOvdcNetworks`; `None` leaves the spec alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_ovdc_networks: Option<Vec<String>>,
+    /// Networks the machine's vApp must hold (bridged to the org VDC network of the same name).
+    #[serde(default)]
+    pub vapp_networks: Vec<String>,
+    /// Every reason to deny, each naming its field.
+    #[serde(default)]
+    pub violations: Vec<Violation>,
+    /// Things the user should know that do not block admission.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl Decision {
+    /// Builds the decision for `violations`: allowed exactly when there are none.
+    pub fn from_violations(violations: Vec<Violation>) -> Self {
+        Decision {
+            allowed: violations.is_empty(),
+            violations,
+            ..Decision::default()
+        }
+    }
+}
+
+/// One network card of the planned VM, as Cloud Director's `NetworkConnection` holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nic {
+    /// `NetworkConnectionIndex`: 0-based position.
+    pub index: u32,
+    /// The org VDC network name.
+    pub network: String,
+    /// Whether this is the primary NIC (`PrimaryNetworkConnectionIndex`).
+    pub primary: bool,
+    /// How the NIC gets its address.
+    pub ip_allocation_mode: IpAllocationMode,
+    /// The address for [`IpAllocationMode::Manual`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    /// Virtual NIC hardware.
+    pub adapter_type: AdapterType,
+    /// `IsConnected`.
+    pub connected: bool,
+}
+
+/// Cloud Director's `IpAddressAllocationMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum IpAllocationMode {
+    /// A static address from the network's pool (CAPVCD's choice).
+    Pool,
+    /// DHCP; the address is known only after the guest reports it.
+    Dhcp,
+    /// A given address inside the network's static range.
+    Manual,
+    /// No address.
+    None,
+}
+
+impl IpAllocationMode {
+    /// The name Cloud Director uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpAllocationMode::Pool => "POOL",
+            IpAllocationMode::Dhcp => "DHCP",
+            IpAllocationMode::Manual => "MANUAL",
+            IpAllocationMode::None => "NONE",
+        }
+    }
+}
+
+/// Cloud Director's `NetworkAdapterType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdapterType {
+    /// Paravirtual, CAPVCD's choice.
+    #[serde(rename = "VMXNET3")]
+    Vmxnet3,
+    /// Emulated Intel E1000.
+    #[serde(rename = "E1000")]
+    E1000,
+    /// Emulated Intel E1000E.
+    #[serde(rename = "E1000E")]
+    E1000e,
+    /// SR-IOV passthrough; needs a direct network.
+    #[serde(rename = "SRIOVETHERNETCARD")]
+    SriovEthernetCard,
+    /// Older paravirtual NIC.
+    #[serde(rename = "VMXNET2")]
+    Vmxnet2,
+    /// Emulated AMD PCnet32.
+    #[serde(rename = "PCNet32")]
+    PcNet32,
+}
+
+impl AdapterType {
+    /// The name Cloud Director uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdapterType::Vmxnet3 => "VMXNET3",
+            AdapterType::E1000 => "E1000",
+            AdapterType::E1000e => "E1000E",
+            AdapterType::SriovEthernetCard => "SRIOVETHERNETCARD",
+            AdapterType::Vmxnet2 => "VMXNET2",
+            AdapterType::PcNet32 => "PCNet32",
+        }
+    }
+}
+
+/// One reason to deny, tied to the field at fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    /// Field path in the object, like `spec.extraOvdcNetworks[2]`; paths that start with
+    /// `cluster.` point into the VCDCluster.
+    pub field: String,
+    /// Machine-readable reason, as Kubernetes names field errors.
+    pub reason: Reason,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl Violation {
+    /// Shorthand constructor.
+    pub fn new(field: impl Into<String>, reason: Reason, message: impl Into<String>) -> Self {
+        Violation {
+            field: field.into(),
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Kinds of field errors, after Kubernetes' `FieldValue*` cause types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reason {
+    /// A value is needed and missing.
+    Required,
+    /// The value is malformed or not allowed here.
+    Invalid,
+    /// The value appears twice.
+    Duplicate,
+    /// The value names something that does not exist.
+    NotFound,
+    /// Too many items.
+    TooMany,
+    /// The change is not allowed.
+    Forbidden,
+    /// The value is not one of the supported ones.
+    NotSupported,
+}
+
+impl Reason {
+    /// The Kubernetes `StatusCause.type` for this reason.
+    pub fn kubernetes_cause(self) -> &'static str {
+        match self {
+            Reason::Required => "FieldValueRequired",
+            Reason::Invalid => "FieldValueInvalid",
+            Reason::Duplicate => "FieldValueDuplicate",
+            Reason::NotFound => "FieldValueNotFound",
+            Reason::TooMany => "FieldValueTooMany",
+            Reason::Forbidden => "FieldValueForbidden",
+            Reason::NotSupported => "FieldValueNotSupported",
+        }
+    }
+}
+
+/// What `nicpolicy_validate_settings` returns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsValidation {
+    /// Whether the settings can be used.
+    pub valid: bool,
+    /// Why not, when `valid` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The envelope a policy returns from `nicpolicy_evaluate`: a decision, or an error when the
+/// policy could not decide (for example an input it could not read).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EvaluateOutput {
+    /// The policy failed; the host reports the message as a policy failure, not a denial.
+    Error {
+        /// What went wrong.
+        error: String,
+    },
+    /// The decision.
+    Decision(Decision),
+}
