@@ -1,39 +1,95 @@
-//! Builds the CAPVCD policy for wasm32 and embeds it, so `nicpolicy` has a default policy that
-//! still runs through Wasm. Set `NICPOLICY_CAPVCD_WASM` to embed a prebuilt module instead.
+//! Builds every policy crate under `policies/` for wasm32 and embeds the modules, so `nicpolicy`
+//! has its policies built in (the CAPVCD one is the default) and they still run through Wasm.
+//! Set `NICPOLICY_POLICY_DIR` to a directory of prebuilt `<crate_name>.wasm` files to skip the
+//! build.
 
 use std::env;
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
+/// A policy crate: its directory name and package name.
+struct PolicyCrate {
+    name: String,
+    package: String,
+}
+
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let workspace = manifest_dir.parent().expect("host/ sits in the workspace").to_path_buf();
+    let workspace = manifest_dir
+        .parent()
+        .expect("host/ sits in the workspace")
+        .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
-    let embedded = out_dir.join("nicpolicy_capvcd.wasm");
-    println!("cargo:rerun-if-env-changed=NICPOLICY_CAPVCD_WASM");
-
-    if let Some(prebuilt) = env::var_os("NICPOLICY_CAPVCD_WASM") {
-        std::fs::copy(&prebuilt, &embedded).unwrap_or_else(|err| {
-            panic!("NICPOLICY_CAPVCD_WASM={}: {err}", PathBuf::from(&prebuilt).display())
-        });
-        return;
+    println!("cargo:rerun-if-env-changed=NICPOLICY_POLICY_DIR");
+    for watched in ["plugin/src", "plugin/Cargo.toml", "policies", "Cargo.lock"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
     }
 
-    for watched in ["plugin/src", "plugin/Cargo.toml", "policies/capvcd", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    let crates = policy_crates(&workspace.join("policies"));
+    let built_dir = match env::var_os("NICPOLICY_POLICY_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => build(&workspace, &crates),
+    };
+
+    let mut generated = String::from(
+        "/// Every policy built into the binary.\npub const POLICIES: &[BuiltinPolicy] = &[\n",
+    );
+    for policy in &crates {
+        let file = format!("{}.wasm", policy.package.replace('-', "_"));
+        let embedded = out_dir.join(&file);
+        let built = built_dir.join(&file);
+        std::fs::copy(&built, &embedded).unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+        let _ = writeln!(
+            generated,
+            "    BuiltinPolicy {{ name: {:?}, package: {:?}, wasm: include_bytes!({:?}) }},",
+            policy.name,
+            policy.package,
+            embedded.display().to_string()
+        );
     }
+    generated.push_str("];\n");
+    std::fs::write(out_dir.join("builtin_policies.rs"), generated).expect("write generated code");
+}
+
+/// Crates under `policies/`, each a directory with a Cargo.toml, sorted by name.
+fn policy_crates(dir: &Path) -> Vec<PolicyCrate> {
+    let mut crates: Vec<PolicyCrate> = std::fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let manifest = std::fs::read_to_string(entry.path().join("Cargo.toml")).ok()?;
+            let package = manifest
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("name = \"")?.strip_suffix('"'))?
+                .to_string();
+            Some(PolicyCrate {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                package,
+            })
+        })
+        .collect();
+    crates.sort_by(|a, b| a.name.cmp(&b.name));
+    crates
+}
+
+/// Builds the crates with the `policy` profile; returns where the modules are.
+fn build(workspace: &Path, crates: &[PolicyCrate]) -> PathBuf {
     // A separate target directory: the outer cargo holds the lock on its own.
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
         .join("wasm-policies");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(&workspace)
-        .args(["build", "--package", "nicpolicy-capvcd", "--profile", "policy"])
-        .args(["--target", WASM_TARGET])
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args(["build", "--profile", "policy", "--target", WASM_TARGET])
         .arg("--target-dir")
         .arg(&target_dir)
         // Flags meant for the host build must not leak into the wasm build.
@@ -41,19 +97,18 @@ fn main() {
         .env_remove("RUSTFLAGS")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("CARGO_BUILD_TARGET");
+    for policy in crates {
+        command.args(["--package", &policy.package]);
+    }
+    let status = command
         .status()
-        .unwrap_or_else(|err| panic!("cannot run cargo to build the CAPVCD policy: {err}"));
+        .unwrap_or_else(|err| panic!("cannot run cargo to build the policies: {err}"));
     if !status.success() {
         panic!(
-            "building the CAPVCD policy for {WASM_TARGET} failed (see above); \
+            "building the policies for {WASM_TARGET} failed (see above); \
              is the target installed? `rustup target add {WASM_TARGET}`"
         );
     }
-    let built = target_dir
-        .join(WASM_TARGET)
-        .join("policy")
-        .join("nicpolicy_capvcd.wasm");
-    std::fs::copy(&built, &embedded)
-        .unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+    target_dir.join(WASM_TARGET).join("policy")
 }

@@ -127,13 +127,13 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
 
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
-            Payload::Version { encoding, .. } => {
-                if encoding == Encoding::Component {
-                    return Err(LoadError::NotWasm(
-                        "this is a WebAssembly component; ABI v1 policies are core modules"
-                            .to_string(),
-                    ));
-                }
+            Payload::Version {
+                encoding: Encoding::Component,
+                ..
+            } => {
+                return Err(LoadError::NotWasm(
+                    "this is a WebAssembly component; ABI v1 policies are core modules".to_string(),
+                ));
             }
             Payload::TypeSection(reader) => {
                 for group in reader {
@@ -355,16 +355,34 @@ mod tests {
             r#"(func (export "nicpolicy_evaluate") (param i32 i32) (result i32) i32.const 0)"#,
         );
         let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
-        assert!(matches!(err, LoadError::ExportType { name: "nicpolicy_evaluate", .. }));
+        assert!(matches!(
+            err,
+            LoadError::ExportType {
+                name: "nicpolicy_evaluate",
+                ..
+            }
+        ));
         let text = GOOD.replace(r#"(export "nicpolicy_alloc")"#, "");
         let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
-        assert!(matches!(err, LoadError::MissingExport { name: "nicpolicy_alloc", .. }));
+        assert!(matches!(
+            err,
+            LoadError::MissingExport {
+                name: "nicpolicy_alloc",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn refuses_other_abi_version_in_metadata() {
         let text = GOOD.replace("\\\"abiVersion\\\":1", "\\\"abiVersion\\\":2");
         let err = inspect(&module(&text)).unwrap().check_abi().unwrap_err();
-        assert!(matches!(err, LoadError::AbiMismatch { found: 2, expected: 1 }));
+        assert!(matches!(
+            err,
+            LoadError::AbiMismatch {
+                found: 2,
+                expected: 1
+            }
+        ));
     }
 }

@@ -33,6 +33,7 @@
 
 pub mod builtin;
 pub mod cache;
+pub mod cases;
 pub mod engine;
 pub mod error;
 pub mod inspect;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use nicpolicy::cases::{self, Case, Outcome};
 use nicpolicy::inspect::{inspect, ModuleInfo};
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::{builtin, manifest, Host, HostConfig, Limits, Policy, PolicyOptions};
@@ -36,6 +37,17 @@ enum Command {
     Eval(EvalArgs),
     /// Show a policy module's metadata, imports, exports and sha256.
     Inspect(InspectArgs),
+    /// Run case files (manifests plus the expected decision) against a policy.
+    Test(TestArgs),
+}
+
+#[derive(clap::Args)]
+struct TestArgs {
+    /// Case files, or directories searched for .yaml/.yml/.json case files.
+    #[arg(value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    policy: PolicyArgs,
 }
 
 #[derive(clap::Args)]
@@ -122,6 +134,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Eval(args) => eval(args),
         Command::Inspect(args) => inspect_cmd(args),
+        Command::Test(args) => test_cmd(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -153,8 +166,7 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
         Err(err) => {
             return Err(Failure {
                 code: exit::POLICY_FAILED,
-                error: anyhow::Error::new(err)
-                    .context(format!("policy {} failed", policy.name())),
+                error: anyhow::Error::new(err).context(format!("policy {} failed", policy.name())),
             })
         }
     };
@@ -162,7 +174,10 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
         for line in &evaluation.logs {
             eprintln!("policy log [{:?}]: {}", line.level, line.message);
         }
-        eprintln!("evaluated in {:.3} ms", evaluation.elapsed.as_secs_f64() * 1e3);
+        eprintln!(
+            "evaluated in {:.3} ms",
+            evaluation.elapsed.as_secs_f64() * 1e3
+        );
     }
     let decision = &evaluation.decision;
     let text = match args.output {
@@ -174,7 +189,11 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
     Ok(if decision.allowed { 0 } else { exit::DENIED })
 }
 
-fn load_policy(args: &PolicyArgs, settings: serde_json::Value, verbose: bool) -> Result<Policy, Failure> {
+fn load_policy(
+    args: &PolicyArgs,
+    settings: serde_json::Value,
+    verbose: bool,
+) -> Result<Policy, Failure> {
     let mut config = HostConfig::default();
     if args.no_cache {
         config.cache_dir = None;
@@ -253,7 +272,11 @@ fn render_decision(request: &Request, policy: &Policy, decision: &Decision) -> S
     let _ = writeln!(
         out,
         "Decision:  {}",
-        if decision.allowed { "allowed" } else { "denied" }
+        if decision.allowed {
+            "allowed"
+        } else {
+            "denied"
+        }
     );
 
     if !decision.nics.is_empty() {
@@ -281,7 +304,11 @@ fn render_decision(request: &Request, policy: &Policy, decision: &Decision) -> S
         out.push_str(&table(&rows));
     }
     if !decision.vapp_networks.is_empty() {
-        let _ = writeln!(out, "\nvApp networks: {}", decision.vapp_networks.join(", "));
+        let _ = writeln!(
+            out,
+            "\nvApp networks: {}",
+            decision.vapp_networks.join(", ")
+        );
     }
     if let Some(extras) = &decision.extra_ovdc_networks {
         if *extras != machine.extra_ovdc_networks {
@@ -340,7 +367,10 @@ fn inspect_cmd(args: InspectArgs) -> Result<u8, Failure> {
                 .with_context(|| format!("{}: cannot read", path.display()))
                 .map_err(usage)?,
         ),
-        None => ("(built-in CAPVCD policy)".to_string(), builtin::CAPVCD_WASM.to_vec()),
+        None => (
+            "(built-in CAPVCD policy)".to_string(),
+            builtin::CAPVCD_WASM.to_vec(),
+        ),
     };
     let info = inspect(&bytes)
         .with_context(|| format!("{label}: cannot inspect"))
@@ -360,7 +390,9 @@ fn inspect_cmd(args: InspectArgs) -> Result<u8, Failure> {
     print!("{text}");
     match abi_check {
         Ok(()) => Ok(0),
-        Err(err) => Err(usage(anyhow::Error::new(err).context(format!("{label}: not a valid ABI v1 policy")))),
+        Err(err) => Err(usage(
+            anyhow::Error::new(err).context(format!("{label}: not a valid ABI v1 policy")),
+        )),
     }
 }
 
@@ -427,4 +459,61 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&nicpolicy::LoadE
     );
     let _ = writeln!(out, "Pin with:     --sha256 {}", info.sha256);
     out
+}
+
+fn test_cmd(args: TestArgs) -> Result<u8, Failure> {
+    let paths = cases::discover(&args.paths).map_err(usage)?;
+    if paths.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "no case files (.yaml, .yml, .json) under {}",
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let policy = load_policy(&args.policy, serde_json::Value::Null, false)?;
+    println!("running {} cases against {}", paths.len(), policy.name());
+    let mut failures = Vec::new();
+    let mut passed = 0usize;
+    for path in &paths {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let outcome = match Case::load(path) {
+            Ok(case) => case.run(&policy),
+            Err(err) => Outcome::Failed {
+                mismatches: vec!["the case could not be loaded".to_string()],
+                actual: format!("{err}"),
+            },
+        };
+        match outcome {
+            Outcome::Passed => {
+                passed += 1;
+                println!("case {name} ... ok");
+            }
+            Outcome::Failed { mismatches, actual } => {
+                println!("case {name} ... FAILED");
+                failures.push((path.clone(), mismatches, actual));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for (path, mismatches, actual) in &failures {
+            println!("\n---- {} ----", path.display());
+            for m in mismatches {
+                println!("  - {m}");
+            }
+            println!("  actual:");
+            for line in actual.lines() {
+                println!("    {line}");
+            }
+        }
+        println!();
+    }
+    println!("{passed} passed, {} failed", failures.len());
+    Ok(if failures.is_empty() { 0 } else { 1 })
 }

@@ -10,9 +10,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use nicpolicy_plugin::{
-    Cluster, Inventory, Machine, ObjectKind, Operation, Request, Zone,
-};
+use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request, Zone};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -135,6 +133,14 @@ impl ManifestFile {
     /// Parses text as the content of `path` (YAML, JSON, several documents allowed).
     pub fn parse(path: &Path, text: &str) -> Result<ManifestFile, ManifestError> {
         let documents = parse_documents(path, text)?;
+        Self::from_documents(path, documents)
+    }
+
+    /// Objects already parsed (for example inline in a case file); `path` labels errors.
+    pub fn from_documents(
+        path: &Path,
+        documents: Vec<Value>,
+    ) -> Result<ManifestFile, ManifestError> {
         let several = documents.len() > 1;
         let mut objects = Vec::new();
         for (i, value) in documents.into_iter().enumerate() {
@@ -178,7 +184,13 @@ impl ManifestFile {
         let kinds: Vec<&str> = self
             .objects
             .iter()
-            .map(|o| if o.kind().is_empty() { "an object without kind" } else { o.kind() })
+            .map(|o| {
+                if o.kind().is_empty() {
+                    "an object without kind"
+                } else {
+                    o.kind()
+                }
+            })
             .collect();
         if kinds.is_empty() {
             "nothing".to_string()
@@ -189,10 +201,17 @@ impl ManifestFile {
 
     /// The objects of one of `kinds`.
     pub fn of_kinds<'a>(&'a self, kinds: &'a [&str]) -> impl Iterator<Item = &'a Object> + 'a {
-        self.objects.iter().filter(move |o| kinds.contains(&o.kind()))
+        self.objects
+            .iter()
+            .filter(move |o| kinds.contains(&o.kind()))
     }
 
-    fn field_error(&self, object: &Object, field: &str, message: impl fmt::Display) -> ManifestError {
+    fn field_error(
+        &self,
+        object: &Object,
+        field: &str,
+        message: impl fmt::Display,
+    ) -> ManifestError {
         ManifestError::Field {
             path: self.path.clone(),
             field: join(&object.position, field),
@@ -222,9 +241,7 @@ impl ManifestFile {
         Err(self.field_error(
             object,
             "apiVersion",
-            format!(
-                "{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"
-            ),
+            format!("{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"),
         ))
     }
 
@@ -253,7 +270,11 @@ impl ManifestFile {
                     path: self.path.clone(),
                     count: several.len(),
                     kind: "machine".to_string(),
-                    names: several.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "),
+                    names: several
+                        .iter()
+                        .map(|o| o.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     hint: "choose one with --machine-name".to_string(),
                 })
             }
@@ -302,35 +323,39 @@ impl ManifestFile {
     /// when there are several.
     pub fn cluster(&self, cluster_name: Option<&str>) -> Result<Cluster, ManifestError> {
         let all: Vec<&Object> = self.of_kinds(&["VCDCluster"]).collect();
-        let object = match all.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(ManifestError::Missing {
-                    path: self.path.clone(),
-                    expected: "VCDCluster".to_string(),
-                    found: self.kinds(),
-                })
-            }
-            several => {
-                let named: Vec<&&Object> = several
-                    .iter()
-                    .filter(|o| cluster_name.is_some_and(|n| o.name() == n))
-                    .collect();
-                match named.as_slice() {
-                    [one] => **one,
-                    _ => {
-                        return Err(ManifestError::Ambiguous {
+        let object =
+            match all.as_slice() {
+                [one] => *one,
+                [] => {
+                    return Err(ManifestError::Missing {
+                        path: self.path.clone(),
+                        expected: "VCDCluster".to_string(),
+                        found: self.kinds(),
+                    })
+                }
+                several => {
+                    let named: Vec<&&Object> = several
+                        .iter()
+                        .filter(|o| cluster_name.is_some_and(|n| o.name() == n))
+                        .collect();
+                    match named.as_slice() {
+                        [one] => **one,
+                        _ => return Err(ManifestError::Ambiguous {
                             path: self.path.clone(),
                             count: several.len(),
                             kind: "VCDCluster".to_string(),
-                            names: several.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "),
-                            hint: "label the machine with cluster.x-k8s.io/cluster-name to pick one"
-                                .to_string(),
-                        })
+                            names: several
+                                .iter()
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            hint:
+                                "label the machine with cluster.x-k8s.io/cluster-name to pick one"
+                                    .to_string(),
+                        }),
                     }
                 }
-            }
-        };
+            };
         self.check_api_version(object)?;
         let c: crd::VcdCluster = self.typed(object)?;
         let multi = c.spec.multi_zone_spec.unwrap_or_default();
@@ -365,18 +390,23 @@ fn join(prefix: &str, field: &str) -> String {
 
 /// Parses YAML (several documents allowed) or JSON into values.
 fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError> {
-    let syntax = |line: Option<usize>, column: Option<usize>, message: String| ManifestError::Syntax {
-        path: path.to_path_buf(),
-        line,
-        column,
-        message,
-    };
+    let syntax =
+        |line: Option<usize>, column: Option<usize>, message: String| ManifestError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        };
     if text.trim_start().starts_with(['{', '[']) {
         let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
         let mut values = Vec::new();
         for value in &mut stream {
             let value = value.map_err(|err| {
-                syntax(Some(err.line()), Some(err.column()), strip_position(&err.to_string()))
+                syntax(
+                    Some(err.line()),
+                    Some(err.column()),
+                    strip_position(&err.to_string()),
+                )
             })?;
             match value {
                 // A top-level array is taken as a list of objects.
@@ -411,50 +441,58 @@ fn strip_position(message: &str) -> String {
 
 /// Reads a settings file (YAML or JSON object); an empty file means no settings.
 pub fn read_settings(path: &Path) -> Result<Value, ManifestError> {
-    let file = ManifestFile::read(path)?;
-    match file.objects.as_slice() {
-        [] => Ok(Value::Null),
-        [one] if one.value.is_object() => Ok(one.value.clone()),
-        [one] => Err(file.field_error(one, "", "settings must be a mapping of names to values")),
-        _ => Err(ManifestError::Ambiguous {
-            path: file.path.clone(),
-            count: file.objects.len(),
-            kind: "settings".to_string(),
-            names: "documents".to_string(),
-            hint: "a settings file holds one mapping".to_string(),
-        }),
-    }
+    ManifestFile::read(path)?.settings()
 }
 
 /// Reads and checks an inventory file: `networks:` with name, type, gateway, prefixLength,
 /// staticIpRanges and dns per network (optionally under `kind: NetworkInventory`).
 pub fn read_inventory(path: &Path) -> Result<Inventory, ManifestError> {
-    let file = ManifestFile::read(path)?;
-    let object = match file.objects.as_slice() {
-        [one] => one,
-        [] => {
-            return Err(ManifestError::Missing {
-                path: file.path.clone(),
+    ManifestFile::read(path)?.inventory()
+}
+
+impl ManifestFile {
+    fn single(&self, what: &str) -> Result<Option<&Object>, ManifestError> {
+        match self.objects.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one)),
+            several => Err(ManifestError::Ambiguous {
+                path: self.path.clone(),
+                count: several.len(),
+                kind: "document".to_string(),
+                names: what.to_string(),
+                hint: format!("a {what} file holds one document"),
+            }),
+        }
+    }
+
+    /// The file as policy settings: one mapping, or nothing (no settings).
+    pub fn settings(&self) -> Result<Value, ManifestError> {
+        match self.single("settings")? {
+            None => Ok(Value::Null),
+            Some(one) if one.value.is_object() => Ok(one.value.clone()),
+            Some(one) => {
+                Err(self.field_error(one, "", "settings must be a mapping of names to values"))
+            }
+        }
+    }
+
+    /// The file as a network inventory, checked with [`check_inventory`].
+    pub fn inventory(&self) -> Result<Inventory, ManifestError> {
+        let object = self
+            .single("inventory")?
+            .ok_or_else(|| ManifestError::Missing {
+                path: self.path.clone(),
                 expected: "network inventory (networks: [...])".to_string(),
                 found: "nothing".to_string(),
-            })
-        }
-        _ => {
-            return Err(ManifestError::Ambiguous {
-                path: file.path.clone(),
-                count: file.objects.len(),
-                kind: "inventory".to_string(),
-                names: "documents".to_string(),
-                hint: "an inventory file holds one document".to_string(),
-            })
-        }
-    };
-    let parsed: crd::InventoryFile = file.typed(object)?;
-    let inventory = Inventory {
-        networks: parsed.networks,
-    };
-    check_inventory(&inventory).map_err(|(field, message)| file.field_error(object, &field, message))?;
-    Ok(inventory)
+            })?;
+        let parsed: crd::InventoryFile = self.typed(object)?;
+        let inventory = Inventory {
+            networks: parsed.networks,
+        };
+        check_inventory(&inventory)
+            .map_err(|(field, message)| self.field_error(object, &field, message))?;
+        Ok(inventory)
+    }
 }
 
 /// Sanity checks on an inventory: unique names, addresses that parse, ranges inside the subnet's
@@ -508,6 +546,9 @@ pub fn check_inventory(inventory: &Inventory) -> Result<(), (String, String)> {
         for (j, server) in network.dns.iter().enumerate() {
             parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
         }
+        for (j, used) in network.used_ip_addresses.iter().enumerate() {
+            parse_ip(used).map_err(|why| (at(&format!("usedIpAddresses[{j}]")), why))?;
+        }
     }
     Ok(())
 }
@@ -540,47 +581,67 @@ impl RequestFiles<'_> {
             expected: what.to_string(),
             found: "no file given".to_string(),
         };
-        let machine_path = self.machine.ok_or_else(|| missing("machine file"))?;
-        let cluster_path = self.cluster.ok_or_else(|| missing("cluster file"))?;
-        let (kind, machine) = ManifestFile::read(machine_path)?.machine(self.machine_name)?;
-        let cluster_name = machine
-            .labels
-            .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
-            .map(String::as_str);
-        let cluster = ManifestFile::read(cluster_path)?.cluster(cluster_name)?;
-        let old_machine = match self.old {
-            Some(path) => {
-                let (old_kind, old) = ManifestFile::read(path)?.machine(self.machine_name)?;
-                if old_kind != kind {
-                    return Err(ManifestError::Field {
-                        path: path.to_path_buf(),
-                        field: "kind".to_string(),
-                        message: format!(
-                            "the old object is a {}, the new one a {}",
-                            old_kind.as_str(),
-                            kind.as_str()
-                        ),
-                    });
-                }
-                Some(old)
-            }
-            None => None,
-        };
+        let machine = ManifestFile::read(self.machine.ok_or_else(|| missing("machine file"))?)?;
+        let cluster = ManifestFile::read(self.cluster.ok_or_else(|| missing("cluster file"))?)?;
+        let old = self.old.map(ManifestFile::read).transpose()?;
         let inventory = self.inventory.map(read_inventory).transpose()?;
-        Ok(Request {
-            operation: if old_machine.is_some() {
-                Operation::Update
-            } else {
-                Operation::Create
-            },
-            kind,
-            machine,
-            old_machine,
-            cluster,
+        build_request(
+            &machine,
+            self.machine_name,
+            &cluster,
+            old.as_ref(),
             inventory,
-            settings: Value::Null,
-        })
+        )
     }
+}
+
+/// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
+/// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
+/// file holds several.
+pub fn build_request(
+    machine_file: &ManifestFile,
+    machine_name: Option<&str>,
+    cluster_file: &ManifestFile,
+    old_file: Option<&ManifestFile>,
+    inventory: Option<Inventory>,
+) -> Result<Request, ManifestError> {
+    let (kind, machine) = machine_file.machine(machine_name)?;
+    let cluster_name = machine
+        .labels
+        .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
+        .map(String::as_str);
+    let cluster = cluster_file.cluster(cluster_name)?;
+    let old_machine = match old_file {
+        Some(file) => {
+            let (old_kind, old) = file.machine(machine_name)?;
+            if old_kind != kind {
+                return Err(ManifestError::Field {
+                    path: file.path.clone(),
+                    field: "kind".to_string(),
+                    message: format!(
+                        "the old object is a {}, the new one a {}",
+                        old_kind.as_str(),
+                        kind.as_str()
+                    ),
+                });
+            }
+            Some(old)
+        }
+        None => None,
+    };
+    Ok(Request {
+        operation: if old_machine.is_some() {
+            Operation::Update
+        } else {
+            Operation::Create
+        },
+        kind,
+        machine,
+        old_machine,
+        cluster,
+        inventory,
+        settings: Value::Null,
+    })
 }
 
 /// The parts of CAPVCD's objects the host reads. Unknown fields are ignored: real manifests
@@ -729,9 +790,14 @@ status:
 
     #[test]
     fn syntax_errors_name_the_line() {
-        let err = ManifestFile::parse(Path::new("m.yaml"), "kind: VCDMachine\nspec: [\n").unwrap_err();
-        assert!(matches!(err, ManifestError::Syntax { line: Some(_), .. }), "{err}");
-        let err = ManifestFile::parse(Path::new("m.json"), "{\"kind\": \n\"VCDMachine\",, }").unwrap_err();
+        let err =
+            ManifestFile::parse(Path::new("m.yaml"), "kind: VCDMachine\nspec: [\n").unwrap_err();
+        assert!(
+            matches!(err, ManifestError::Syntax { line: Some(_), .. }),
+            "{err}"
+        );
+        let err = ManifestFile::parse(Path::new("m.json"), "{\"kind\": \n\"VCDMachine\",, }")
+            .unwrap_err();
         assert!(err.to_string().starts_with("m.json:2:"), "{err}");
     }
 

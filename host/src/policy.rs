@@ -89,6 +89,7 @@ impl ResourceLimiter for State {
 }
 
 /// Export handles resolved once per module, so calls skip name lookups.
+#[derive(Clone, Copy)]
 struct Exports {
     memory: ModuleExport,
     abi_version: ModuleExport,
@@ -98,7 +99,9 @@ struct Exports {
 }
 
 /// A policy module ready to evaluate. `Send + Sync`: share it across threads; each call gets its
-/// own store and instance, so calls never see each other's state.
+/// own store and instance, so calls never see each other's state. Cloning is cheap and shares
+/// the compiled module.
+#[derive(Clone)]
 pub struct Policy {
     info: ModuleInfo,
     limits: Limits,
@@ -111,7 +114,11 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub(crate) fn load(host: &Host, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
+    pub(crate) fn load(
+        host: &Host,
+        bytes: &[u8],
+        options: PolicyOptions,
+    ) -> Result<Policy, LoadError> {
         let started = Instant::now();
         let info = inspect(bytes)?;
         if let Some(expected) = &options.sha256 {
@@ -158,7 +165,7 @@ impl Policy {
         // One extra tick: the current one may be nearly over when the call starts.
         let deadline_ticks = (options.limits.timeout.as_nanos().div_ceil(tick) + 1) as u64;
 
-        let mut policy = Policy {
+        let policy = Policy {
             info,
             limits: options.limits,
             settings: Value::Null,
@@ -175,13 +182,20 @@ impl Policy {
                 expected: abi::ABI_VERSION,
             });
         }
-        policy
-            .validate_settings(&options.settings)
-            .map_err(LoadError::Runtime)?
-            .map_err(LoadError::Settings)?;
-        policy.settings = options.settings;
+        let mut policy = policy.with_settings(options.settings)?;
         policy.load_time = started.elapsed();
         Ok(policy)
+    }
+
+    /// The same compiled policy with other settings, checked by the policy first.
+    pub fn with_settings(&self, settings: Value) -> Result<Policy, LoadError> {
+        self.validate_settings(&settings)
+            .map_err(LoadError::Runtime)?
+            .map_err(LoadError::Settings)?;
+        Ok(Policy {
+            settings,
+            ..self.clone()
+        })
     }
 
     /// What the module declares.
@@ -302,9 +316,12 @@ impl Policy {
             .pre
             .instantiate(&mut store)
             .map_err(|err| self.classify(err, &store, true))?;
-        let Some(Extern::Memory(memory)) = instance.get_module_export(&mut store, &self.exports.memory)
+        let Some(Extern::Memory(memory)) =
+            instance.get_module_export(&mut store, &self.exports.memory)
         else {
-            return Err(EvalError::BadOutput("export `memory` is not a memory".into()));
+            return Err(EvalError::BadOutput(
+                "export `memory` is not a memory".into(),
+            ));
         };
         let alloc: TypedFunc<i32, i32> = typed(&mut store, &instance, &self.exports.alloc)?;
         let run: TypedFunc<(i32, i32), i64> = typed(&mut store, &instance, export)?;
@@ -357,7 +374,11 @@ impl Policy {
         Ok((result, logs))
     }
 
-    fn out_of_memory_or(&self, store: &Store<State>, other: impl FnOnce() -> EvalError) -> EvalError {
+    fn out_of_memory_or(
+        &self,
+        store: &Store<State>,
+        other: impl FnOnce() -> EvalError,
+    ) -> EvalError {
         if store.data().memory_limit_hit {
             EvalError::MemoryLimit {
                 limit: self.limits.memory_bytes,
@@ -368,7 +389,12 @@ impl Policy {
     }
 
     /// Maps a Wasmtime error to what happened, in the policy's terms.
-    fn classify(&self, err: wasmtime::Error, store: &Store<State>, instantiating: bool) -> EvalError {
+    fn classify(
+        &self,
+        err: wasmtime::Error,
+        store: &Store<State>,
+        instantiating: bool,
+    ) -> EvalError {
         self.out_of_memory_or(store, || match err.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => EvalError::Timeout(self.limits.timeout),
             Some(Trap::StackOverflow) => EvalError::Trap {
@@ -409,9 +435,14 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
         return Ok(());
     }
     let Some(Extern::Memory(memory)) = caller.get_export(abi::EXPORT_MEMORY) else {
-        return Err(wasmtime::Error::msg("nicpolicy.log: the module exports no memory"));
+        return Err(wasmtime::Error::msg(
+            "nicpolicy.log: the module exports no memory",
+        ));
     };
-    let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(MAX_LOG_LINE_BYTES));
+    let (start, len) = (
+        ptr as u32 as usize,
+        (len as u32 as usize).min(MAX_LOG_LINE_BYTES),
+    );
     let message = memory
         .data(&caller)
         .get(start..start.saturating_add(len))
@@ -469,9 +500,7 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
 /// The rules every decision follows, whichever policy made it.
 pub fn check_decision(decision: &Decision) -> Result<(), String> {
     match (decision.allowed, decision.violations.is_empty()) {
-        (true, false) => {
-            return Err("decision allows the machine but lists violations".to_string())
-        }
+        (true, false) => return Err("decision allows the machine but lists violations".to_string()),
         (false, true) => {
             return Err("decision denies the machine without a violation saying why".to_string())
         }

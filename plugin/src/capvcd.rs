@@ -37,8 +37,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::schema::{
-    AdapterType, Decision, IpAllocationMode, Machine, NetworkType, Nic, Operation, Reason,
-    Request, Violation,
+    AdapterType, Decision, IpAllocationMode, Machine, NetworkType, Nic, Operation, Reason, Request,
+    Role, Violation,
 };
 
 /// Cloud Director attaches at most this many NICs to one VM.
@@ -174,6 +174,9 @@ pub enum Primary {
     /// Multi-zone cluster, machine without a failure domain: CAPVCD picks the zone later, so
     /// NIC 0 will be one of these.
     ZoneDependent(Vec<ZoneNetwork>),
+    /// Cannot be resolved; [`resolve_primary`] returned the violation that says why. The rules
+    /// about the extra networks still run.
+    Unresolved,
 }
 
 /// The primary network of one zone.
@@ -196,6 +199,7 @@ impl Primary {
                 .iter()
                 .map(|z| (z.network.as_str(), z.field.as_str()))
                 .collect(),
+            Primary::Unresolved => Vec::new(),
         }
     }
 
@@ -203,7 +207,7 @@ impl Primary {
     pub fn name(&self) -> Option<&str> {
         match self {
             Primary::Network { name, .. } => Some(name),
-            Primary::ZoneDependent(_) => None,
+            Primary::ZoneDependent(_) | Primary::Unresolved => None,
         }
     }
 }
@@ -252,7 +256,11 @@ pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, 
         })
     };
 
-    match machine.failure_domain.as_deref().filter(|fd| !fd.is_empty()) {
+    match machine
+        .failure_domain
+        .as_deref()
+        .filter(|fd| !fd.is_empty())
+    {
         Some(domain) => {
             let Some(i) = cluster.zones.iter().position(|z| z.name == domain) else {
                 let known: Vec<&str> = cluster.zones.iter().map(|z| z.name.as_str()).collect();
@@ -273,26 +281,29 @@ pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, 
             })
         }
         None => {
+            // Control-plane machines only land in zones marked for them, when any zone is.
+            let control_plane_only = machine.role == Role::ControlPlane
+                && cluster.zones.iter().any(|z| z.control_plane_zone);
             let zones = (0..cluster.zones.len())
+                .filter(|&i| !control_plane_only || cluster.zones[i].control_plane_zone)
                 .map(zone_network)
                 .collect::<Result<Vec<_>, _>>()?;
             if zones.iter().all(|z| z.network == zones[0].network) {
                 let first = zones.into_iter().next();
                 // `is_multi_zone` guarantees a first zone.
-                return Ok(first.map_or(
-                    Primary::ZoneDependent(Vec::new()),
-                    |z| Primary::Network {
+                return Ok(first.map_or(Primary::ZoneDependent(Vec::new()), |z| {
+                    Primary::Network {
                         name: z.network,
                         field: z.field,
-                    },
-                ));
+                    }
+                }));
             }
             Ok(Primary::ZoneDependent(zones))
         }
     }
 }
 
-/// Why `name` is not a usable network name, if it is not.
+/// Why `name` is not a usable network name, if it is not (the reason reads after the name).
 pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty; name an org VDC network".to_string());
@@ -305,12 +316,13 @@ pub fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     if name.trim() != name {
-        return Err(format!(
-            "{name:?} has leading or trailing white space, which no Cloud Director network name has"
-        ));
+        return Err(
+            "has leading or trailing white space, which no Cloud Director network name has"
+                .to_string(),
+        );
     }
     if name.chars().any(char::is_control) {
-        return Err(format!("{name:?} contains a control character"));
+        return Err("contains a control character".to_string());
     }
     Ok(())
 }
@@ -332,7 +344,17 @@ pub fn check_names(request: &Request) -> Vec<Violation> {
                 } else {
                     Reason::Invalid
                 };
-                Violation::new(extra_field(request, i), reason, format!("network name {why}"))
+                // Quote the name unless it is empty or too long to read.
+                let shown = if name.is_empty() || name.chars().count() > 64 {
+                    String::new()
+                } else {
+                    format!(" {name:?}")
+                };
+                Violation::new(
+                    extra_field(request, i),
+                    reason,
+                    format!("network name{shown} {why}"),
+                )
             })
         })
         .collect()
@@ -368,9 +390,9 @@ pub fn check_primary_repeated(request: &Request, primary: &Primary) -> Vec<Viola
     let mut violations = Vec::new();
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
         let message = match primary {
-            Primary::Network { name: p, .. } if p == name => format!(
-                "network {name:?} is the cluster's primary network, which CAPVCD always \
-                 attaches as NIC 0; remove it from the extra networks"
+            Primary::Network { name: p, field } if p == name => format!(
+                "network {name:?} is this machine's primary network (from {field}), which \
+                 CAPVCD always attaches as NIC 0; remove it from the extra networks"
             ),
             Primary::ZoneDependent(zones) => match zones.iter().find(|z| &z.network == name) {
                 Some(zone) => format!(
@@ -380,7 +402,7 @@ pub fn check_primary_repeated(request: &Request, primary: &Primary) -> Vec<Viola
                 ),
                 None => continue,
             },
-            Primary::Network { .. } => continue,
+            Primary::Network { .. } | Primary::Unresolved => continue,
         };
         violations.push(Violation::new(
             extra_field(request, i),
@@ -401,17 +423,30 @@ pub fn check_nic_count(request: &Request, settings: &Settings) -> Vec<Violation>
     let limit = if settings.max_nics == VCD_MAX_NICS {
         format!("Cloud Director attaches at most {VCD_MAX_NICS} NICs to a VM")
     } else {
-        format!("this site allows at most {} NICs (maxNics)", settings.max_nics)
+        format!(
+            "this site allows at most {} NICs (maxNics)",
+            settings.max_nics
+        )
     };
     vec![Violation::new(
         format!("{}.extraOvdcNetworks", request.kind.spec_path()),
         Reason::TooMany,
         format!(
-            "{total} NICs requested (the primary and {extras} extra networks), but {limit}; \
-             list at most {} extra networks",
-            settings.max_nics - 1
+            "{total} NICs requested (the primary and {extras} extra {}), but {limit}; list at \
+             most {} extra {}",
+            plural(extras, "network"),
+            settings.max_nics - 1,
+            plural(settings.max_nics as usize - 1, "network"),
         ),
     )]
+}
+
+fn plural(count: usize, word: &str) -> String {
+    if count == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
+    }
 }
 
 /// Networks missing from the inventory, when the request carries one.
@@ -421,7 +456,8 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
     };
     let index = inventory.index();
     let missing = |name: &str, field: String, what: &str| -> Option<Violation> {
-        if name.is_empty() || index.contains_key(name) {
+        // Malformed names get their own violation from `check_names`.
+        if check_name(name).is_err() || index.contains_key(name) {
             return None;
         }
         let hint = closest(name, index.keys().copied())
@@ -481,16 +517,26 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Address modes and adapters that cannot work: a primary without an address, SR-IOV on a
-/// network that is not direct.
-pub fn check_nic_setup(request: &Request, primary: &Primary, nics: &[Nic]) -> Vec<Violation> {
+/// network that is not direct. Every network NIC 0 may end up on is checked.
+pub fn check_nic_setup(
+    request: &Request,
+    settings: &Settings,
+    primary: &Primary,
+) -> Vec<Violation> {
     let index = request.inventory.as_ref().map(|inv| inv.index());
+    let candidates = primary
+        .candidates()
+        .into_iter()
+        .map(|(network, field)| (settings.nic(0, network), field.to_string()));
+    let extras = request
+        .machine
+        .extra_ovdc_networks
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| check_name(name).is_ok())
+        .map(|(i, name)| (settings.nic(i as u32 + 1, name), extra_field(request, i)));
     let mut violations = Vec::new();
-    for nic in nics {
-        let field = if let (true, Primary::Network { field, .. }) = (nic.primary, primary) {
-            field.clone()
-        } else {
-            extra_field(request, nic.index as usize - 1)
-        };
+    for (nic, field) in candidates.chain(extras) {
         if nic.primary && nic.ip_allocation_mode == IpAllocationMode::None {
             violations.push(Violation::new(
                 field.clone(),
@@ -513,9 +559,10 @@ pub fn check_nic_setup(request: &Request, primary: &Primary, nics: &[Nic]) -> Ve
                     field,
                     Reason::Invalid,
                     format!(
-                        "network {:?} is {kind:?}, but SR-IOV NICs (adapterType SRIOVETHERNETCARD \
-                         in the policy settings) need a direct network",
-                        nic.network
+                        "network {:?} is {}, but SR-IOV NICs (adapterType SRIOVETHERNETCARD in \
+                         the policy settings) need a direct network",
+                        nic.network,
+                        kind.as_str()
                     ),
                 ));
             }
@@ -550,14 +597,18 @@ pub fn check_provisioned_update(
             ),
         ));
     }
-    if let (Ok(Primary::Network { name: before, .. }), Some(after)) =
-        (resolve_primary(request, old), primary.name())
-    {
-        if before != after {
-            changes.push((
-                format!("{spec}.failureDomain"),
-                format!("the primary network changes from {before:?} to {after:?}"),
-            ));
+    if let Ok(Primary::Network { name: before, .. }) = resolve_primary(request, old) {
+        let change = match primary.name() {
+            Some(after) if after == before => None,
+            Some(after) => Some(format!(
+                "the primary network changes from {before:?} to {after:?}"
+            )),
+            None => Some(format!(
+                "the primary network {before:?} would no longer be fixed by the zone"
+            )),
+        };
+        if let Some(what) = change {
+            changes.push((format!("{spec}.failureDomain"), what));
         }
     }
     if settings.allow_nic_changes_on_provisioned {
@@ -591,6 +642,9 @@ pub fn check_provisioned_update(
 
 /// The NIC plan: the primary as NIC 0 (when known), then the extras in order.
 pub fn plan_nics(request: &Request, settings: &Settings, primary: &Primary) -> Vec<Nic> {
+    if *primary == Primary::Unresolved {
+        return Vec::new();
+    }
     let mut nics = Vec::with_capacity(request.machine.extra_ovdc_networks.len() + 1);
     if let Some(name) = primary.name() {
         nics.push(settings.nic(0, name));
@@ -602,7 +656,7 @@ pub fn plan_nics(request: &Request, settings: &Settings, primary: &Primary) -> V
 }
 
 /// Advice that does not block admission.
-pub fn advise(request: &Request, primary: &Primary, nics: &[Nic]) -> Vec<String> {
+pub fn advise(request: &Request, settings: &Settings, primary: &Primary) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Primary::ZoneDependent(zones) = primary {
         let choices: Vec<String> = zones
@@ -628,18 +682,25 @@ pub fn advise(request: &Request, primary: &Primary, nics: &[Nic]) -> Vec<String>
             }
         }
     }
-    for nic in nics {
-        match (nic.primary, nic.ip_allocation_mode) {
-            (true, IpAllocationMode::Dhcp) => warnings.push(format!(
-                "NIC 0 ({}) uses DHCP: the machine's addresses are known only after the guest \
-                 reports them, which delays node readiness",
-                nic.network
-            )),
-            (false, IpAllocationMode::None) => warnings.push(format!(
-                "NIC {} ({}) gets no address (ipAllocationMode NONE); configure it in the guest",
-                nic.index, nic.network
-            )),
-            _ => {}
+    let mut seen: Vec<&str> = Vec::new();
+    for (network, _) in primary.candidates() {
+        if seen.contains(&network) {
+            continue;
+        }
+        seen.push(network);
+        if settings.nic(0, network).ip_allocation_mode == IpAllocationMode::Dhcp {
+            warnings.push(format!(
+                "NIC 0 ({network}) uses DHCP: the machine's addresses are known only after the \
+                 guest reports them, which delays node readiness"
+            ));
+        }
+    }
+    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+        if settings.nic(i as u32 + 1, name).ip_allocation_mode == IpAllocationMode::None {
+            warnings.push(format!(
+                "NIC {} ({name}) gets no address (ipAllocationMode NONE); configure it in the guest",
+                i + 1
+            ));
         }
     }
     warnings
@@ -669,33 +730,28 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     let mut violations = check_names(request);
     violations.extend(check_duplicates(request));
     violations.extend(check_nic_count(request, settings));
-
-    let (nics, mut warnings) = match resolve_primary(request, &request.machine) {
-        Ok(primary) => {
-            violations.extend(check_primary_repeated(request, &primary));
-            violations.extend(check_inventory(request, &primary));
-            let (update_violations, update_warnings) =
-                check_provisioned_update(request, settings, &primary);
-            violations.extend(update_violations);
-            let nics = plan_nics(request, settings, &primary);
-            violations.extend(check_nic_setup(request, &primary, &nics));
-            let mut warnings = advise(request, &primary, &nics);
-            warnings.extend(update_warnings);
-            (nics, warnings)
-        }
+    let primary = match resolve_primary(request, &request.machine) {
+        Ok(primary) => primary,
         Err(violation) => {
             violations.push(violation);
-            (Vec::new(), Vec::new())
+            Primary::Unresolved
         }
     };
-    warnings.dedup();
+    violations.extend(check_primary_repeated(request, &primary));
+    violations.extend(check_inventory(request, &primary));
+    violations.extend(check_nic_setup(request, settings, &primary));
+    let (update_violations, update_warnings) =
+        check_provisioned_update(request, settings, &primary);
+    violations.extend(update_violations);
+    let mut warnings = advise(request, settings, &primary);
+    warnings.extend(update_warnings);
 
-    let vapp_networks = vapp_networks(&nics);
+    let nics = plan_nics(request, settings, &primary);
     Decision {
         allowed: violations.is_empty(),
+        vapp_networks: vapp_networks(&nics),
         nics,
         extra_ovdc_networks: Some(request.machine.extra_ovdc_networks.clone()),
-        vapp_networks,
         violations,
         warnings,
     }
@@ -815,13 +871,16 @@ mod tests {
                     prefix_length: None,
                     static_ip_ranges: Vec::new(),
                     dns: Vec::new(),
+                    used_ip_addresses: Vec::new(),
                 })
                 .collect(),
         });
         let d = evaluate(&r);
         assert_eq!(d.violations.len(), 1);
         assert_eq!(d.violations[0].reason, Reason::NotFound);
-        assert!(d.violations[0].message.contains("did you mean \"storage-net\""));
+        assert!(d.violations[0]
+            .message
+            .contains("did you mean \"storage-net\""));
     }
 
     #[test]
@@ -838,7 +897,10 @@ mod tests {
             "networks": {"storage-net": {"ipAllocationMode": "DHCP"}}
         }))
         .unwrap();
-        assert_eq!(s.nic(1, "storage-net").ip_allocation_mode, IpAllocationMode::Dhcp);
+        assert_eq!(
+            s.nic(1, "storage-net").ip_allocation_mode,
+            IpAllocationMode::Dhcp
+        );
     }
 
     #[test]

@@ -106,7 +106,11 @@ pub fn log(level: LogLevel, message: &str) {
     #[cfg(target_arch = "wasm32")]
     // SAFETY: the host only reads `len` bytes at `ptr`, which is a live borrow.
     unsafe {
-        host_log(level as i32, message.as_ptr() as usize as u32, message.len() as u32);
+        host_log(
+            level as i32,
+            message.as_ptr() as usize as u32,
+            message.len() as u32,
+        );
     }
     #[cfg(not(target_arch = "wasm32"))]
     eprintln!("[{level:?}] {message}");

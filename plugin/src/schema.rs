@@ -154,7 +154,11 @@ pub struct Machine {
     #[serde(default)]
     pub extra_ovdc_networks: Vec<String>,
     /// `spec.providerID`: set once the VM exists (`vmware-cloud-director://<vm id>`).
-    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provider_id: Option<String>,
 }
 
@@ -257,6 +261,9 @@ pub struct Network {
     /// DNS servers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<String>,
+    /// Addresses already taken on this network (by other VMs, appliances or reservations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used_ip_addresses: Vec<String>,
 }
 
 /// Org VDC network types.
@@ -271,6 +278,18 @@ pub enum NetworkType {
     Direct,
     /// Imported from NSX-T (an opaque network).
     Imported,
+}
+
+impl NetworkType {
+    /// The name inventories use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkType::Routed => "routed",
+            NetworkType::Isolated => "isolated",
+            NetworkType::Direct => "direct",
+            NetworkType::Imported => "imported",
+        }
+    }
 }
 
 /// An inclusive range of addresses.

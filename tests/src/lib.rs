@@ -1,1 +1,132 @@
+//! Helpers for the wasm test harness: a host set up for tests and hand-written ABI v1 modules in
+//! WebAssembly text, so hostile behaviour can be produced on purpose.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nicpolicy::{Host, HostConfig, Limits, PolicyOptions};
+use nicpolicy_plugin::abi::pack;
+
+/// A host with a private module cache under the test target directory.
+pub fn host(cache_dir: PathBuf) -> Host {
+    Host::new(HostConfig {
+        cache_dir: Some(cache_dir),
+        ..HostConfig::default()
+    })
+    .expect("engine starts")
+}
+
+/// Options with a short time limit and a small memory cap, so hostile tests finish quickly.
+pub fn tight_options() -> PolicyOptions {
+    PolicyOptions {
+        limits: Limits::default()
+            .with_timeout(Duration::from_millis(200))
+            .with_memory_bytes(8 << 20),
+        ..PolicyOptions::default()
+    }
+}
+
+/// Where the fixed strings of [`module`] live in memory.
+const VALID_AT: u32 = 16;
+const VALID: &str = r#"{"valid":true}"#;
+const ALLOW_AT: u32 = 64;
+const ALLOW: &str = r#"{"allowed":true}"#;
+/// Free-form data segment for a module's own output.
+pub const DATA_AT: u32 = 256;
+
+/// Packed result pointing at the "allowed" decision of [`module`].
+pub fn allow_result() -> u64 {
+    pack(ALLOW_AT, ALLOW.len() as u32)
+}
+
+/// Packed result pointing at `data` placed by [`Module::data`].
+pub fn data_result(data: &str) -> u64 {
+    pack(DATA_AT, data.len() as u32)
+}
+
+/// An ABI v1 module in WebAssembly text with parts to override.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// Body of `nicpolicy_evaluate (param $ptr i32) (param $len i32) (result i64)`.
+    pub evaluate: String,
+    /// Value `nicpolicy_abi_version` returns.
+    pub abi_version: i32,
+    /// Import declarations.
+    pub imports: String,
+    /// More module fields (functions, start, data).
+    pub extra: String,
+    /// Text stored at [`DATA_AT`].
+    pub data: String,
+    /// Initial memory pages.
+    pub pages: u32,
+}
+
+impl Module {
+    /// A module whose evaluation runs `body` (which must leave an i64 on the stack).
+    pub fn evaluating(body: &str) -> Module {
+        Module {
+            evaluate: body.to_string(),
+            abi_version: 1,
+            imports: String::new(),
+            extra: String::new(),
+            data: String::new(),
+            pages: 2,
+        }
+    }
+
+    /// A well-behaved module that allows every machine.
+    pub fn allowing() -> Module {
+        Module::evaluating(&format!("i64.const {}", allow_result()))
+    }
+
+    /// A module returning `data` as its output.
+    pub fn returning(data: &str) -> Module {
+        let mut module = Module::evaluating(&format!("i64.const {}", data_result(data)));
+        module.data = data.to_string();
+        module
+    }
+
+    /// The module's text.
+    pub fn wat(&self) -> String {
+        let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        format!(
+            r#"(module
+  {imports}
+  (memory (export "memory") {pages})
+  (global $heap (mut i32) (i32.const 65536))
+  (data (i32.const {VALID_AT}) "{valid}")
+  (data (i32.const {ALLOW_AT}) "{allow}")
+  (data (i32.const {DATA_AT}) "{data}")
+  (func (export "nicpolicy_abi_version") (result i32) i32.const {abi})
+  (func (export "nicpolicy_alloc") (param $len i32) (result i32)
+    (local $p i32)
+    global.get $heap
+    local.set $p
+    global.get $heap
+    local.get $len
+    i32.add
+    global.set $heap
+    local.get $p)
+  (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+    i64.const {valid_result})
+  (func (export "nicpolicy_evaluate") (param $ptr i32) (param $len i32) (result i64)
+    {evaluate})
+  {extra}
+)"#,
+            imports = self.imports,
+            pages = self.pages,
+            valid = escape(VALID),
+            allow = escape(ALLOW),
+            data = escape(&self.data),
+            abi = self.abi_version,
+            valid_result = pack(VALID_AT, VALID.len() as u32),
+            evaluate = self.evaluate,
+            extra = self.extra,
+        )
+    }
+
+    /// The module's binary.
+    pub fn wasm(&self) -> Vec<u8> {
+        wat::parse_str(self.wat()).unwrap_or_else(|err| panic!("{err}\n{}", self.wat()))
+    }
+}

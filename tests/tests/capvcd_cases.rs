@@ -1,0 +1,164 @@
+//! The CAPVCD case suite, run through the Wasmtime host against the built policy module, and
+//! checked against the same logic called natively.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nicpolicy::cases::{discover, Case, Outcome};
+use nicpolicy::inspect::inspect;
+use nicpolicy::{builtin, Host, PolicyOptions};
+use nicpolicy_plugin::abi;
+use nicpolicy_tests::host;
+
+fn test_host() -> Host {
+    host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cases-cache"))
+}
+
+fn case_paths() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/capvcd");
+    discover(&[dir]).expect("case directory lists")
+}
+
+#[test]
+fn every_capvcd_case_passes() {
+    let host = test_host();
+    let policy = host
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
+    let paths = case_paths();
+    assert!(paths.len() >= 30, "only {} CAPVCD cases", paths.len());
+    let mut failures = Vec::new();
+    for path in &paths {
+        let case = match Case::load(path) {
+            Ok(case) => case,
+            Err(err) => {
+                failures.push(format!("{}: cannot load: {err}", path.display()));
+                continue;
+            }
+        };
+        if let Outcome::Failed { mismatches, actual } = case.run(&policy) {
+            failures.push(format!(
+                "{} ({}):\n  {}\n  actual:\n{actual}",
+                path.display(),
+                case.description,
+                mismatches.join("\n  ")
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn wasm_and_native_decide_the_same_on_every_case() {
+    let host = test_host();
+    let policy = host
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
+    let mut compared = 0;
+    for path in case_paths() {
+        let case = Case::load(&path).expect("case loads");
+        let Ok(configured) = policy.with_settings(case.settings.clone()) else {
+            continue; // settings refused at load: nothing to evaluate
+        };
+        let wasm = configured
+            .evaluate(&case.request)
+            .expect("evaluates")
+            .decision;
+        let mut request = case.request.clone();
+        request.settings = case.settings.clone();
+        let native = nicpolicy_capvcd::evaluate(&request);
+        assert_eq!(wasm, native, "{}", path.display());
+        compared += 1;
+    }
+    assert!(compared >= 30, "compared only {compared} cases");
+}
+
+#[test]
+fn capvcd_module_has_no_imports_beyond_the_log_import() {
+    let info = inspect(builtin::CAPVCD_WASM).expect("module reads");
+    for import in &info.imports {
+        assert_eq!(
+            (import.module.as_str(), import.name.as_str()),
+            (abi::LOG_IMPORT_MODULE, abi::LOG_IMPORT_NAME),
+            "unexpected import {}.{}",
+            import.module,
+            import.name
+        );
+    }
+    info.check_abi().expect("ABI v1");
+    let meta = info.metadata.expect("metadata section");
+    assert_eq!(meta.name, "nicpolicy-capvcd");
+    assert_eq!(meta.abi_version, abi::ABI_VERSION);
+}
+
+#[test]
+fn threads_share_one_policy() {
+    let host = test_host();
+    let policy = Arc::new(
+        host.load(builtin::CAPVCD_WASM, PolicyOptions::default())
+            .expect("CAPVCD policy loads"),
+    );
+    let cases: Arc<Vec<Case>> = Arc::new(
+        case_paths()
+            .iter()
+            .map(|p| Case::load(p).expect("case loads"))
+            .filter(|c| c.settings.is_null())
+            .collect(),
+    );
+    let expected: Vec<_> = cases
+        .iter()
+        .map(|c| policy.evaluate(&c.request).expect("evaluates").decision)
+        .collect();
+    let expected = Arc::new(expected);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (policy, cases, expected) = (policy.clone(), cases.clone(), expected.clone());
+            std::thread::spawn(move || {
+                for round in 0..25 {
+                    let i = (t * 7 + round) % cases.len();
+                    let got = policy
+                        .evaluate(&cases[i].request)
+                        .expect("evaluates")
+                        .decision;
+                    assert_eq!(got, expected[i], "{}", cases[i].path.display());
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("thread finished without panicking");
+    }
+}
+
+#[test]
+fn compiled_module_cache_is_used_on_the_second_load() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = host(dir.clone())
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("loads");
+    assert_eq!(*first.cache_status(), nicpolicy::cache::CacheStatus::Stored);
+    let second = host(dir.clone())
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("loads");
+    assert_eq!(*second.cache_status(), nicpolicy::cache::CacheStatus::Hit);
+
+    // A damaged cache file is replaced, not trusted.
+    for entry in std::fs::read_dir(&dir).expect("cache dir") {
+        std::fs::write(entry.expect("entry").path(), b"not a compiled module").expect("write");
+    }
+    let third = host(dir.clone())
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("loads");
+    assert!(matches!(
+        third.cache_status(),
+        nicpolicy::cache::CacheStatus::Replaced(_)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}

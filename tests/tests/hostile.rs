@@ -1,0 +1,335 @@
+//! Policies that misbehave: each gets its typed error, and the host keeps evaluating good
+//! policies correctly afterwards.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nicpolicy::{builtin, EvalError, Host, LoadError, PolicyOptions};
+use nicpolicy_plugin::abi::pack;
+use nicpolicy_plugin::{Cluster, Machine, ObjectKind, Operation, Request, Role};
+use nicpolicy_tests::{host, tight_options, Module};
+
+fn test_host() -> Host {
+    host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-cache"))
+}
+
+fn request() -> Request {
+    Request {
+        operation: Operation::Create,
+        kind: ObjectKind::VcdMachine,
+        machine: Machine {
+            name: "prod-eu1-md-0-x7k2p".into(),
+            namespace: "prod-eu1".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            role: Role::Worker,
+            failure_domain: None,
+            extra_ovdc_networks: vec!["storage-net".into(), "workload-net".into()],
+            provider_id: None,
+        },
+        old_machine: None,
+        cluster: Cluster {
+            name: "prod-eu1".into(),
+            namespace: "prod-eu1".into(),
+            ovdc: "eu1-ovdc-prod".into(),
+            ovdc_network: "mgmt-net".into(),
+            zone_topology: None,
+            zones: Vec::new(),
+        },
+        inventory: None,
+        settings: serde_json::Value::Null,
+    }
+}
+
+/// The CAPVCD policy still gives the right plan on the same host.
+fn assert_host_healthy(host: &Host) {
+    let policy = host
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
+    let decision = policy.evaluate(&request()).expect("evaluates").decision;
+    let networks: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
+    assert_eq!(networks, ["mgmt-net", "storage-net", "workload-net"]);
+    assert!(decision.allowed);
+}
+
+fn eval_error(host: &Host, module: &Module) -> EvalError {
+    let policy = host
+        .load(&module.wasm(), tight_options())
+        .unwrap_or_else(|err| panic!("module loads: {err}"));
+    match policy.evaluate(&request()) {
+        Ok(evaluation) => panic!("expected an error, got {:?}", evaluation.decision),
+        Err(err) => err,
+    }
+}
+
+fn load_error(host: &Host, module: &Module) -> LoadError {
+    match host.load(&module.wasm(), tight_options()) {
+        Ok(_) => panic!("expected the module to be refused"),
+        Err(err) => err,
+    }
+}
+
+#[test]
+fn infinite_loop_is_stopped_by_the_time_limit() {
+    let host = test_host();
+    let started = Instant::now();
+    let err = eval_error(
+        &host,
+        &Module::evaluating("(loop $spin (br $spin)) unreachable"),
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(err, EvalError::Timeout(limit) if limit == Duration::from_millis(200)),
+        "{err}"
+    );
+    // Generous bound: the point is that the loop ends, not a precise figure.
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn loop_in_start_function_refuses_the_module() {
+    let host = test_host();
+    let mut module = Module::allowing();
+    module.extra = "(func $spin (loop $l (br $l))) (start $spin)".into();
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(err, LoadError::Runtime(EvalError::Timeout(_))),
+        "{err}"
+    );
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn unreachable_is_a_trap_with_its_message() {
+    let host = test_host();
+    let err = eval_error(&host, &Module::evaluating("unreachable"));
+    match &err {
+        EvalError::Trap { message } => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected a trap, got {other}"),
+    }
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn unbounded_memory_growth_hits_the_memory_cap() {
+    let host = test_host();
+    let grow = "(loop $more (br_if $more (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable";
+    let err = eval_error(&host, &Module::evaluating(grow));
+    assert!(
+        matches!(err, EvalError::MemoryLimit { limit } if limit == 8 << 20),
+        "{err}"
+    );
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn initial_memory_over_the_cap_is_a_memory_error() {
+    let host = test_host();
+    let mut module = Module::allowing();
+    module.pages = 200; // 12.5 MiB, over the 8 MiB cap
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(err, LoadError::Runtime(EvalError::MemoryLimit { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn deep_recursion_is_a_stack_overflow_trap() {
+    let host = test_host();
+    let mut module = Module::evaluating("i32.const 0 call $down drop i64.const 0");
+    module.extra =
+        "(func $down (param i32) (result i32) local.get 0 i32.const 1 i32.add call $down)".into();
+    let err = eval_error(&host, &module);
+    match &err {
+        EvalError::Trap { message } => assert!(message.contains("stack"), "{message}"),
+        other => panic!("expected a trap, got {other}"),
+    }
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn result_outside_memory_is_bad_output() {
+    let host = test_host();
+    let err = eval_error(
+        &host,
+        &Module::evaluating(&format!("i64.const {}", pack(0xFFFF_0000, 64))),
+    );
+    assert!(
+        matches!(&err, EvalError::BadOutput(m) if m.contains("outside memory")),
+        "{err}"
+    );
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn result_over_the_size_cap_is_refused() {
+    let host = test_host();
+    let err = eval_error(
+        &host,
+        &Module::evaluating(&format!("i64.const {}", pack(0, 2 << 20))),
+    );
+    assert!(
+        matches!(err, EvalError::OutputTooLarge { size, .. } if size == 2 << 20),
+        "{err}"
+    );
+}
+
+#[test]
+fn output_that_is_not_json_or_not_a_decision_is_bad_output() {
+    let host = test_host();
+    let err = eval_error(&host, &Module::returning("allowed: yes"));
+    assert!(
+        matches!(&err, EvalError::BadOutput(m) if m.contains("not a decision")),
+        "{err}"
+    );
+    let err = eval_error(&host, &Module::returning(r#"{"allowed":"yes"}"#));
+    assert!(
+        matches!(&err, EvalError::BadOutput(m) if m.contains("allowed")),
+        "{err}"
+    );
+    let err = eval_error(&host, &Module::returning(r#"{"allowed":false}"#));
+    assert!(
+        matches!(&err, EvalError::BadOutput(m) if m.contains("without a violation")),
+        "{err}"
+    );
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn invalid_utf8_output_is_bad_output() {
+    let host = test_host();
+    let mut module = Module::evaluating(&format!("i64.const {}", pack(256, 4)));
+    module.extra = r#"(data (i32.const 256) "\ff\fe\fd\fc")"#.into();
+    module.data = String::new();
+    let err = eval_error(&host, &module);
+    assert!(
+        matches!(&err, EvalError::BadOutput(m) if m.contains("UTF-8")),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_envelope_is_a_policy_error() {
+    let host = test_host();
+    let err = eval_error(
+        &host,
+        &Module::returning(r#"{"error":"inventory service unreachable"}"#),
+    );
+    assert!(
+        matches!(&err, EvalError::Policy(m) if m == "inventory service unreachable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn other_abi_version_is_refused() {
+    let host = test_host();
+    let mut module = Module::allowing();
+    module.abi_version = 2;
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(
+            err,
+            LoadError::AbiMismatch {
+                found: 2,
+                expected: 1
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn wasi_and_other_imports_are_refused() {
+    let host = test_host();
+    for import in [
+        r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
+        r#"(import "env" "now" (func (result i64)))"#,
+        r#"(import "nicpolicy" "log" (func (param i32 i32)))"#,
+    ] {
+        let mut module = Module::allowing();
+        module.imports = import.into();
+        let err = load_error(&host, &module);
+        assert!(
+            matches!(err, LoadError::ForbiddenImport { .. }),
+            "{import}: {err}"
+        );
+    }
+}
+
+#[test]
+fn missing_export_is_refused() {
+    let host = test_host();
+    let mut text = Module::allowing().wat();
+    text = text.replace(r#"(export "nicpolicy_validate_settings")"#, "");
+    let err = host
+        .load(&wat::parse_str(&text).unwrap(), tight_options())
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            err,
+            LoadError::MissingExport {
+                name: "nicpolicy_validate_settings",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn files_that_are_not_wasm_are_refused() {
+    let host = test_host();
+    let err = host
+        .load(
+            b"apiVersion: v1\nkind: ConfigMap\n",
+            PolicyOptions::default(),
+        )
+        .err()
+        .expect("refused");
+    assert!(matches!(err, LoadError::NotWasm(_)), "{err}");
+}
+
+#[test]
+fn log_import_is_collected_and_bounded() {
+    let host = test_host();
+    let mut module = Module::evaluating(&format!(
+        "(loop $again (call $log (i32.const 1) (i32.const 256) (i32.const 20)) \
+         (local.set $len (i32.add (local.get $len) (i32.const 1))) \
+         (br_if $again (i32.lt_u (local.get $len) (i32.const 100000)))) i64.const {}",
+        nicpolicy_tests::allow_result()
+    ));
+    module.imports = r#"(import "nicpolicy" "log" (func $log (param i32 i32 i32)))"#.into();
+    module.data = "checking storage-net".into();
+    // Reuse the $len parameter as the loop counter, starting from the input length.
+    let policy = host.load(&module.wasm(), tight_options()).expect("loads");
+    let evaluation = policy.evaluate(&request()).expect("evaluates");
+    assert_eq!(evaluation.logs[0].message, "checking storage-net");
+    assert_eq!(
+        evaluation.logs.len(),
+        65,
+        "64 lines kept plus a dropped-lines note"
+    );
+    assert!(evaluation.logs[64].message.contains("dropped"));
+}
+
+#[test]
+fn pinned_digest_must_match() {
+    let host = test_host();
+    let wasm = Module::allowing().wasm();
+    let options = PolicyOptions {
+        sha256: Some("00".repeat(32)),
+        ..PolicyOptions::default()
+    };
+    let err = host.load(&wasm, options).err().expect("refused");
+    match err {
+        LoadError::DigestMismatch { expected, actual } => {
+            assert_eq!(expected, "00".repeat(32));
+            assert_eq!(actual, nicpolicy::inspect::sha256_hex(&wasm));
+        }
+        other => panic!("expected a digest mismatch, got {other}"),
+    }
+}

@@ -1,0 +1,45 @@
+//! Every built-in policy other than CAPVCD runs its own case suite from `tests/cases/<name>/`.
+
+use std::path::{Path, PathBuf};
+
+use nicpolicy::builtin;
+use nicpolicy::cases::{discover, Case, Outcome};
+use nicpolicy::PolicyOptions;
+use nicpolicy_tests::host;
+
+/// Fewest cases a policy's suite may have.
+const MIN_CASES: usize = 8;
+
+#[test]
+fn every_site_policy_passes_its_cases() {
+    let host = host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("site-cache"));
+    let cases_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
+    let mut failures = Vec::new();
+    for policy in builtin::POLICIES.iter().filter(|p| p.name != "capvcd") {
+        let loaded = host
+            .load(policy.wasm, PolicyOptions::default())
+            .unwrap_or_else(|err| panic!("{}: {err}", policy.name));
+        let dir = cases_root.join(policy.name);
+        let paths = discover(&[dir.clone()]).unwrap_or_default();
+        if paths.len() < MIN_CASES {
+            failures.push(format!(
+                "{}: {} cases in {}, at least {MIN_CASES} needed",
+                policy.name,
+                paths.len(),
+                dir.display()
+            ));
+        }
+        for path in paths {
+            match Case::load(&path).map(|case| case.run(&loaded)) {
+                Ok(Outcome::Passed) => {}
+                Ok(Outcome::Failed { mismatches, actual }) => failures.push(format!(
+                    "{}:\n  {}\n{actual}",
+                    path.display(),
+                    mismatches.join("\n  ")
+                )),
+                Err(err) => failures.push(format!("{}: {err}", path.display())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
