@@ -21,12 +21,12 @@ pub enum CaseError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     /// A directory could not be listed.
-    #[error("{}: cannot list: {source}", path.display())]
+    #[error("{}: cannot list: {error}", path.display())]
     List {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -384,9 +384,9 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CaseError> {
 }
 
 fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), CaseError> {
-    let list = |source| CaseError::List {
+    let list = |error| CaseError::List {
         path: dir.to_path_buf(),
-        source,
+        error,
     };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(list)?

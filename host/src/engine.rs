@@ -119,9 +119,9 @@ impl Host {
 
     /// Loads a policy from a `.wasm` file.
     pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        let bytes = std::fs::read(path).map_err(|error| LoadError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         self.load(&bytes, options)
     }

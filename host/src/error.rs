@@ -8,12 +8,12 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The bytes are not a WebAssembly binary module.
     #[error("not a WebAssembly module: {0}")]
@@ -79,7 +79,7 @@ pub enum LoadError {
     Settings(String),
     /// Calling the module while loading it failed (ABI version or settings check).
     #[error("the policy failed while loading: {0}")]
-    Runtime(#[source] EvalError),
+    Runtime(EvalError),
 }
 
 /// Why an evaluation produced no decision. The host stays usable after any of them.

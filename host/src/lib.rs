@@ -27,13 +27,15 @@
 //! # }
 //! ```
 //!
-//! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`inspect`] (reading
-//! a module without running it), [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a
-//! request), [`error`].
+//! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
+//! policies evaluated in order as one), [`inspect`] (reading a module without running it),
+//! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
+//! files), [`error`].
 
 pub mod builtin;
 pub mod cache;
 pub mod cases;
+pub mod chain;
 pub mod engine;
 pub mod error;
 pub mod inspect;
@@ -41,6 +43,7 @@ pub mod limits;
 pub mod manifest;
 pub mod policy;
 
+pub use chain::{ChainError, ChainEvaluation, PolicyChain};
 pub use engine::{Host, HostConfig, HostError};
 pub use error::{EvalError, LoadError};
 pub use limits::Limits;

@@ -1,16 +1,16 @@
 //! `nicpolicy`: evaluate and inspect CAPVCD network policies.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nicpolicy::cases::{self, Case, Outcome};
 use nicpolicy::inspect::{inspect, ModuleInfo};
 use nicpolicy::plugin::{Decision, Request};
-use nicpolicy::{builtin, manifest, Host, HostConfig, Limits, Policy, PolicyOptions};
+use nicpolicy::{builtin, manifest, Host, HostConfig, Limits, PolicyChain, PolicyOptions};
 
 /// Exit codes, as documented in the README.
 mod exit {
@@ -46,6 +46,14 @@ struct TestArgs {
     /// Case files, or directories searched for .yaml/.yml/.json case files.
     #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
+    /// Also write a JUnit XML report to FILE: one testcase per case file (classname: its
+    /// directory, name: its file name without extension), for CI systems.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Settings of a later policy of the chain (YAML or JSON), placed after its --policy as with
+    /// `nicpolicy eval`. The first policy's settings come from each case file.
+    #[arg(long = "settings", value_name = "FILE")]
+    settings: Vec<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
 }
@@ -67,9 +75,12 @@ struct EvalArgs {
     /// The org VDC's networks (see docs/schema.md).
     #[arg(long, value_name = "FILE")]
     inventory: Option<PathBuf>,
-    /// The policy's settings (YAML or JSON).
-    #[arg(long, value_name = "FILE")]
-    settings: Option<PathBuf>,
+    /// A policy's settings (YAML or JSON). Each --settings applies to the --policy given before
+    /// it, or to the first policy when it comes before every --policy; one per policy. For
+    /// example: --policy nic-limit.wasm --settings nic-limit.yaml --policy builtin:capvcd
+    /// --settings capvcd.yaml
+    #[arg(long = "settings", value_name = "FILE")]
+    settings: Vec<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
     /// Output format.
@@ -82,12 +93,21 @@ struct EvalArgs {
 
 #[derive(clap::Args)]
 struct PolicyArgs {
-    /// Policy module; the built-in CAPVCD policy when omitted.
-    #[arg(long, value_name = "FILE.wasm")]
-    policy: Option<PathBuf>,
-    /// Refuse the policy unless its sha256 is this.
-    #[arg(long, value_name = "HEX")]
-    sha256: Option<String>,
+    /// A policy: a module file, or builtin:NAME for a policy built into nicpolicy
+    /// (builtin:capvcd). Repeat to chain policies: each is evaluated in order and sees the
+    /// extraOvdcNetworks the one before it wrote back; the machine is allowed only if every
+    /// policy allows it, violations are listed together (messages prefixed with [policy name]),
+    /// and the NIC plan is the last policy's. The built-in CAPVCD policy when omitted.
+    #[arg(
+        long = "policy",
+        value_name = "FILE.wasm|builtin:NAME",
+        value_parser = parse_policy_source
+    )]
+    policies: Vec<PolicySource>,
+    /// Refuse a policy unless its sha256 is this; applies to the --policy before it, like
+    /// --settings.
+    #[arg(long = "sha256", value_name = "HEX")]
+    sha256: Vec<String>,
     /// Time limit for one evaluation, like 250ms or 2s.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = nicpolicy::limits::parse_duration)]
     timeout: Duration,
@@ -97,6 +117,140 @@ struct PolicyArgs {
     /// Compile the module without reading or writing the compiled-module cache.
     #[arg(long)]
     no_cache: bool,
+}
+
+/// Where a policy module comes from.
+#[derive(Clone, Debug)]
+enum PolicySource {
+    /// A `.wasm` file.
+    File(PathBuf),
+    /// A module built into the binary, named with `builtin:NAME`.
+    Builtin {
+        name: &'static str,
+        wasm: &'static [u8],
+    },
+    /// No `--policy`: the built-in CAPVCD policy.
+    Default,
+}
+
+impl PolicySource {
+    /// How error messages name the module: as the command line gives it.
+    fn label(&self) -> String {
+        match self {
+            PolicySource::File(path) => path.display().to_string(),
+            PolicySource::Builtin { name, .. } => format!("builtin:{name}"),
+            PolicySource::Default => "the built-in CAPVCD policy".to_string(),
+        }
+    }
+
+    /// What a load error is prefixed with.
+    fn load_context(&self) -> String {
+        match self {
+            PolicySource::Default => "built-in CAPVCD policy: cannot load".to_string(),
+            other => format!("{}: cannot load the policy", other.label()),
+        }
+    }
+}
+
+/// `builtin:NAME` names an embedded policy; anything else is a file.
+fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
+    match text.strip_prefix("builtin:") {
+        Some(name) => builtin::get(name)
+            .map(|policy| PolicySource::Builtin {
+                name: policy.name,
+                wasm: policy.wasm,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "no built-in policy named `{name}`; built-in policies: {}",
+                    builtin::names().join(", ")
+                )
+            }),
+        None => Ok(PolicySource::File(PathBuf::from(text))),
+    }
+}
+
+/// One policy of the chain with the options that apply to it.
+struct PolicySpec {
+    source: PolicySource,
+    settings: Option<PathBuf>,
+    sha256: Option<String>,
+}
+
+/// Where `--policy`, `--settings` and `--sha256` appear on the command line: an option that
+/// belongs to one policy applies to the `--policy` before it.
+struct Positions {
+    policies: Vec<usize>,
+    settings: Vec<usize>,
+    sha256: Vec<usize>,
+}
+
+impl Positions {
+    fn of(matches: Option<&ArgMatches>) -> Positions {
+        let indices = |id: &str| -> Vec<usize> {
+            matches
+                // `indices_of` insists on an argument the subcommand defines.
+                .filter(|m| m.try_contains_id(id).unwrap_or(false))
+                .and_then(|m| m.indices_of(id))
+                .map(Iterator::collect)
+                .unwrap_or_default()
+        };
+        Positions {
+            policies: indices("policies"),
+            settings: indices("settings"),
+            sha256: indices("sha256"),
+        }
+    }
+
+    /// Which policy (0-based) an option at command-line position `at` belongs to: the last
+    /// `--policy` before it, or the first policy when it comes before every `--policy`.
+    fn owner(&self, at: usize) -> usize {
+        self.policies.iter().rposition(|&p| p < at).unwrap_or(0)
+    }
+}
+
+/// The chain the command line describes: every `--policy` in order (the built-in CAPVCD policy
+/// when there is none), each with its own `--settings` and `--sha256`.
+fn policy_specs(
+    args: &PolicyArgs,
+    settings: &[PathBuf],
+    positions: &Positions,
+) -> Result<Vec<PolicySpec>, Failure> {
+    let mut specs: Vec<PolicySpec> = if args.policies.is_empty() {
+        vec![PolicySource::Default]
+    } else {
+        args.policies.clone()
+    }
+    .into_iter()
+    .map(|source| PolicySpec {
+        source,
+        settings: None,
+        sha256: None,
+    })
+    .collect();
+    // Never out of range: positions come from the same command line as the policies.
+    let last = specs.len() - 1;
+    for (path, &at) in settings.iter().zip(&positions.settings) {
+        let spec = &mut specs[positions.owner(at).min(last)];
+        if spec.settings.is_some() {
+            return Err(usage(anyhow::anyhow!(
+                "two --settings for {}: give each policy one, after its --policy",
+                spec.source.label()
+            )));
+        }
+        spec.settings = Some(path.clone());
+    }
+    for (digest, &at) in args.sha256.iter().zip(&positions.sha256) {
+        let spec = &mut specs[positions.owner(at).min(last)];
+        if spec.sha256.is_some() {
+            return Err(usage(anyhow::anyhow!(
+                "two --sha256 for {}: give each policy one, after its --policy",
+                spec.source.label()
+            )));
+        }
+        spec.sha256 = Some(digest.clone());
+    }
+    Ok(specs)
 }
 
 #[derive(clap::Args)]
@@ -130,11 +284,15 @@ fn usage(error: impl Into<anyhow::Error>) -> Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Parsed in two steps: the raw matches keep where each option stood, which decides the
+    // policy a --settings or --sha256 belongs to.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    let positions = Positions::of(matches.subcommand().map(|(_, m)| m));
     let result = match cli.command {
-        Command::Eval(args) => eval(args),
+        Command::Eval(args) => eval(args, &positions),
         Command::Inspect(args) => inspect_cmd(args),
-        Command::Test(args) => test_cmd(args),
+        Command::Test(args) => test_cmd(args, &positions),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -145,7 +303,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn eval(args: EvalArgs) -> Result<u8, Failure> {
+fn eval(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     let request = manifest::RequestFiles {
         cluster: Some(&args.cluster),
         machine: Some(&args.machine),
@@ -155,19 +313,17 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
     }
     .build()
     .map_err(usage)?;
-    let settings = match &args.settings {
-        Some(path) => manifest::read_settings(path).map_err(usage)?,
-        None => serde_json::Value::Null,
-    };
-    let policy = load_policy(&args.policy, settings, args.verbose)?;
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    let chain = load_chain(&args.policy, specs, args.verbose)?;
 
-    let evaluation = match policy.evaluate(&request) {
+    let evaluation = match chain.evaluate(&request) {
         Ok(evaluation) => evaluation,
         Err(err) => {
+            // The error names the policy that failed and says why.
             return Err(Failure {
                 code: exit::POLICY_FAILED,
-                error: anyhow::Error::new(err).context(format!("policy {} failed", policy.name())),
-            })
+                error: err.into(),
+            });
         }
     };
     if args.verbose {
@@ -181,7 +337,7 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
     }
     let decision = &evaluation.decision;
     let text = match args.output {
-        Format::Table => render_decision(&request, &policy, decision),
+        Format::Table => render_decision(&request, &chain, decision),
         Format::Json => serde_json::to_string_pretty(decision).map_err(usage)? + "\n",
         Format::Yaml => serde_yaml_ng::to_string(decision).map_err(usage)?,
     };
@@ -189,11 +345,12 @@ fn eval(args: EvalArgs) -> Result<u8, Failure> {
     Ok(if decision.allowed { 0 } else { exit::DENIED })
 }
 
-fn load_policy(
+/// Loads every policy of the chain, in order, with its own settings and pinned digest.
+fn load_chain(
     args: &PolicyArgs,
-    settings: serde_json::Value,
+    specs: Vec<PolicySpec>,
     verbose: bool,
-) -> Result<Policy, Failure> {
+) -> Result<PolicyChain, Failure> {
     let mut config = HostConfig::default();
     if args.no_cache {
         config.cache_dir = None;
@@ -205,32 +362,42 @@ fn load_policy(
         code: exit::POLICY_FAILED,
         error: err.into(),
     })?;
-    let options = PolicyOptions {
-        limits: Limits::default()
-            .with_timeout(args.timeout)
-            .with_memory_bytes(args.memory),
-        settings,
-        sha256: args.sha256.clone(),
-    };
-    let loaded = match &args.policy {
-        Some(path) => host
-            .load_file(path, options)
-            .with_context(|| format!("{}: cannot load the policy", path.display())),
-        None => host
-            .load(builtin::CAPVCD_WASM, options)
-            .context("built-in CAPVCD policy: cannot load"),
-    };
-    let policy = loaded.map_err(usage)?;
-    if verbose {
-        eprintln!(
-            "loaded {} (sha256 {}) in {:.2} ms, cache: {:?}",
-            policy.name(),
-            policy.info().sha256,
-            policy.load_time().as_secs_f64() * 1e3,
-            policy.cache_status()
-        );
+    let mut chain: Option<PolicyChain> = None;
+    for spec in specs {
+        let settings = match &spec.settings {
+            Some(path) => manifest::read_settings(path).map_err(usage)?,
+            None => serde_json::Value::Null,
+        };
+        let options = PolicyOptions {
+            limits: Limits::default()
+                .with_timeout(args.timeout)
+                .with_memory_bytes(args.memory),
+            settings,
+            sha256: spec.sha256,
+        };
+        let loaded = match &spec.source {
+            PolicySource::File(path) => host.load_file(path, options),
+            PolicySource::Builtin { wasm, .. } => host.load(wasm, options),
+            PolicySource::Default => host.load(builtin::CAPVCD_WASM, options),
+        };
+        let policy = loaded
+            .with_context(|| spec.source.load_context())
+            .map_err(usage)?;
+        if verbose {
+            eprintln!(
+                "loaded {} (sha256 {}) in {:.2} ms, cache: {:?}",
+                policy.name(),
+                policy.info().sha256,
+                policy.load_time().as_secs_f64() * 1e3,
+                policy.cache_status()
+            );
+        }
+        chain = Some(match chain {
+            None => PolicyChain::new(policy),
+            Some(chain) => chain.then(policy),
+        });
     }
-    Ok(policy)
+    chain.ok_or_else(|| usage(anyhow::anyhow!("no policy to load")))
 }
 
 fn yes(flag: bool) -> &'static str {
@@ -242,7 +409,7 @@ fn yes(flag: bool) -> &'static str {
 }
 
 /// Human-readable decision, in the spirit of `kubectl describe`.
-fn render_decision(request: &Request, policy: &Policy, decision: &Decision) -> String {
+fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
     let mut out = String::new();
     let machine = &request.machine;
     let namespace = if machine.namespace.is_empty() {
@@ -262,13 +429,24 @@ fn render_decision(request: &Request, policy: &Policy, decision: &Decision) -> S
         }
     );
     let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
-    let version = policy
-        .info()
-        .metadata
-        .as_ref()
-        .map(|m| format!(" {}", m.version))
-        .unwrap_or_default();
-    let _ = writeln!(out, "Policy:    {}{version}", policy.name());
+    let policies: Vec<String> = chain
+        .policies()
+        .iter()
+        .map(|policy| {
+            let version = policy
+                .info()
+                .metadata
+                .as_ref()
+                .map(|m| format!(" {}", m.version))
+                .unwrap_or_default();
+            format!("{}{version}", policy.name())
+        })
+        .collect();
+    if let [one] = policies.as_slice() {
+        let _ = writeln!(out, "Policy:    {one}");
+    } else {
+        let _ = writeln!(out, "Policies:  {}", policies.join(" -> "));
+    }
     let _ = writeln!(
         out,
         "Decision:  {}",
@@ -461,7 +639,7 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&nicpolicy::LoadE
     out
 }
 
-fn test_cmd(args: TestArgs) -> Result<u8, Failure> {
+fn test_cmd(args: TestArgs, positions: &Positions) -> Result<u8, Failure> {
     let paths = cases::discover(&args.paths).map_err(usage)?;
     if paths.is_empty() {
         return Err(usage(anyhow::anyhow!(
@@ -473,47 +651,170 @@ fn test_cmd(args: TestArgs) -> Result<u8, Failure> {
                 .join(", ")
         )));
     }
-    let policy = load_policy(&args.policy, serde_json::Value::Null, false)?;
-    println!("running {} cases against {}", paths.len(), policy.name());
-    let mut failures = Vec::new();
-    let mut passed = 0usize;
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    if let Some(path) = specs.first().and_then(|spec| spec.settings.as_ref()) {
+        return Err(usage(anyhow::anyhow!(
+            "--settings {}: each case file sets the first policy's settings; \
+             --settings can only apply to a later policy of the chain",
+            path.display()
+        )));
+    }
+    let chain = load_chain(&args.policy, specs, false)?;
+    println!("running {} cases against {}", paths.len(), chain.name());
+    let started = Instant::now();
+    let mut reports = Vec::with_capacity(paths.len());
     for path in &paths {
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let case_started = Instant::now();
         let outcome = match Case::load(path) {
-            Ok(case) => case.run(&policy),
+            Ok(case) => chain.run_case(&case),
             Err(err) => Outcome::Failed {
                 mismatches: vec!["the case could not be loaded".to_string()],
                 actual: format!("{err}"),
             },
         };
-        match outcome {
-            Outcome::Passed => {
-                passed += 1;
-                println!("case {name} ... ok");
-            }
-            Outcome::Failed { mismatches, actual } => {
-                println!("case {name} ... FAILED");
-                failures.push((path.clone(), mismatches, actual));
-            }
-        }
+        let report = CaseReport {
+            path: path.clone(),
+            outcome,
+            elapsed: case_started.elapsed(),
+        };
+        let verdict = match report.outcome {
+            Outcome::Passed => "ok",
+            Outcome::Failed { .. } => "FAILED",
+        };
+        println!("case {} ... {verdict}", report.name());
+        reports.push(report);
     }
+    let failures: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Failed { .. }))
+        .collect();
     if !failures.is_empty() {
         println!("\nfailures:");
-        for (path, mismatches, actual) in &failures {
-            println!("\n---- {} ----", path.display());
-            for m in mismatches {
-                println!("  - {m}");
-            }
-            println!("  actual:");
-            for line in actual.lines() {
-                println!("    {line}");
+        for report in &failures {
+            if let Outcome::Failed { mismatches, actual } = &report.outcome {
+                println!("\n---- {} ----", report.path.display());
+                for m in mismatches {
+                    println!("  - {m}");
+                }
+                println!("  actual:");
+                for line in actual.lines() {
+                    println!("    {line}");
+                }
             }
         }
         println!();
     }
-    println!("{passed} passed, {} failed", failures.len());
+    println!(
+        "{} passed, {} failed",
+        reports.len() - failures.len(),
+        failures.len()
+    );
+    if let Some(junit) = &args.junit {
+        let xml = junit_report(&chain.name(), &reports, started.elapsed());
+        std::fs::write(junit, xml)
+            .with_context(|| format!("{}: cannot write the JUnit report", junit.display()))
+            .map_err(usage)?;
+    }
     Ok(if failures.is_empty() { 0 } else { 1 })
+}
+
+/// One case's result, as `nicpolicy test` reports it.
+struct CaseReport {
+    path: PathBuf,
+    outcome: Outcome,
+    elapsed: Duration,
+}
+
+impl CaseReport {
+    /// The case file's name without extension.
+    fn name(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The case file's directory, as given on the command line (`.` for a bare file name).
+    fn directory(&self) -> String {
+        match self.path.parent() {
+            Some(dir) if dir != Path::new("") => dir.display().to_string(),
+            _ => ".".to_string(),
+        }
+    }
+}
+
+/// A JUnit XML report: one testsuite (named after the chain) with one testcase per case file.
+fn junit_report(suite: &str, reports: &[CaseReport], elapsed: Duration) -> String {
+    let failures = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Failed { .. }))
+        .count();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites name=\"nicpolicy test\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" time=\"{time:.3}\">",
+        tests = reports.len(),
+        time = elapsed.as_secs_f64(),
+    );
+    let _ = writeln!(
+        xml,
+        "  <testsuite name=\"{name}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\" time=\"{time:.3}\">",
+        name = xml_escape(suite, true),
+        tests = reports.len(),
+        time = elapsed.as_secs_f64(),
+    );
+    for report in reports {
+        let _ = write!(
+            xml,
+            "    <testcase classname=\"{classname}\" name=\"{name}\" time=\"{time:.3}\"",
+            classname = xml_escape(&report.directory(), true),
+            name = xml_escape(&report.name(), true),
+            time = report.elapsed.as_secs_f64(),
+        );
+        match &report.outcome {
+            Outcome::Passed => xml.push_str("/>\n"),
+            Outcome::Failed { mismatches, actual } => {
+                let mut body = String::new();
+                for m in mismatches {
+                    let _ = writeln!(body, "- {m}");
+                }
+                let _ = write!(body, "actual:\n{actual}");
+                let _ = writeln!(
+                    xml,
+                    ">\n      <failure message=\"{message}\">{body}</failure>\n    </testcase>",
+                    message = xml_escape(&mismatches.join("; "), true),
+                    body = xml_escape(&body, false),
+                );
+            }
+        }
+    }
+    xml.push_str("  </testsuite>\n</testsuites>\n");
+    xml
+}
+
+/// `text` made safe for XML 1.0. Markup characters become entities. In attribute values, line
+/// breaks and tabs become character references, because a parser would turn the raw characters
+/// into spaces; carriage returns always do, because parsers fold them into line feeds. Characters
+/// XML 1.0 cannot hold even as references (other control characters, U+FFFE, U+FFFF) are
+/// written as the text `\u0001`.
+fn xml_escape(text: &str, attribute: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\r' => out.push_str("&#13;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\t' if attribute => out.push_str("&#9;"),
+            '\n' | '\t' => out.push(c),
+            c if u32::from(c) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }

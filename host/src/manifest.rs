@@ -24,12 +24,12 @@ pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta3", "v1beta2"];
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The file could not be read.
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The YAML or JSON does not parse.
     #[error("{}{}: {message}", path.display(), location(*line, *column))]
@@ -123,9 +123,9 @@ pub struct ManifestFile {
 impl ManifestFile {
     /// Reads and parses a file.
     pub fn read(path: &Path) -> Result<ManifestFile, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Self::parse(path, &text)
     }
@@ -725,6 +725,8 @@ mod crd {
     #[serde(rename_all = "camelCase")]
     pub struct ZoneSpec {
         pub name: Option<String>,
+        // CAPVCD releases spell the zone's org VDC both ways.
+        #[serde(alias = "ovdcName")]
         pub ovdc: Option<String>,
         pub ovdc_network_name: Option<String>,
         pub control_plane_zone: Option<bool>,

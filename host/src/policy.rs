@@ -388,26 +388,28 @@ impl Policy {
         }
     }
 
-    /// Maps a Wasmtime error to what happened, in the policy's terms.
+    /// Maps a Wasmtime error to what happened, in the policy's terms. The time limit wins over a
+    /// refused `memory.grow` (the guest may have kept running after it), which wins over
+    /// the trap that usually follows such a refusal.
     fn classify(
         &self,
         err: wasmtime::Error,
         store: &Store<State>,
         instantiating: bool,
     ) -> EvalError {
-        self.out_of_memory_or(store, || match err.downcast_ref::<Trap>() {
+        match err.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => EvalError::Timeout(self.limits.timeout),
+            _ if store.data().memory_limit_hit => EvalError::MemoryLimit {
+                limit: self.limits.memory_bytes,
+            },
             Some(Trap::StackOverflow) => EvalError::Trap {
                 message: "call stack exhausted (recursion too deep)".to_string(),
             },
-            Some(_) => EvalError::Trap {
-                message: format!("{err:#}"),
-            },
             None if instantiating => EvalError::Instantiate(format!("{err:#}")),
-            None => EvalError::Trap {
+            _ => EvalError::Trap {
                 message: format!("{err:#}"),
             },
-        })
+        }
     }
 }
 

@@ -297,3 +297,203 @@ fn test_command_reports_a_failing_case() {
     );
     assert!(text.trim_end().ends_with("0 passed, 1 failed"), "{text}");
 }
+
+/// `policies/nic-limit-wat` compiled to a scratch `.wasm` file.
+fn nic_limit_wasm() -> String {
+    let wasm = wat::parse_file(workspace().join("policies/nic-limit-wat/nic-limit.wat"))
+        .expect("nic-limit.wat compiles");
+    scratch("nic-limit.wasm", &wasm)
+}
+
+#[test]
+fn eval_chains_policies_each_with_its_settings() {
+    let nic_limit = nic_limit_wasm();
+    let max_two = scratch("nic-limit-max-2.yaml", b"maxNics: 2\n");
+    let mut args = EXAMPLE.to_vec();
+    args.extend([
+        "--policy",
+        &nic_limit,
+        "--settings",
+        &max_two,
+        "--policy",
+        "builtin:capvcd",
+        "--settings",
+        "examples/settings.yaml",
+        "-o",
+        "json",
+    ]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // nic-limit (maxNics 2) denies the example's three NICs; its violation keeps its field.
+    assert_eq!(decision["allowed"], false);
+    let violations = decision["violations"].as_array().expect("violations");
+    assert_eq!(violations.len(), 1, "{decision}");
+    assert_eq!(violations[0]["field"], "spec.extraOvdcNetworks");
+    assert!(
+        violations[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("[nic-limit] 3 NICs requested"),
+        "{decision}"
+    );
+    // The plan is CAPVCD's, made with examples/settings.yaml (storage-net on DHCP).
+    assert_eq!(decision["nics"][1]["network"], "storage-net");
+    assert_eq!(decision["nics"][1]["ipAllocationMode"], "DHCP");
+
+    // The table names both policies.
+    let table = nicpolicy(&args[..args.len() - 2]);
+    assert!(
+        stdout(&table).contains("Policies:  nic-limit 1.0.0 -> nicpolicy-capvcd 0.1.0"),
+        "{}",
+        stdout(&table)
+    );
+}
+
+#[test]
+fn policy_options_are_checked() {
+    let mut args = EXAMPLE.to_vec();
+    args.extend(["--policy", "builtin:storage-only"]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no built-in policy named `storage-only`; built-in policies: ")
+            && stderr(&out).contains("capvcd"),
+        "{}",
+        stderr(&out)
+    );
+
+    // --settings before every --policy belongs to the first one, so this is two for it.
+    let mut args = EXAMPLE.to_vec();
+    args.extend([
+        "--settings",
+        "examples/settings.yaml",
+        "--policy",
+        "builtin:capvcd",
+        "--settings",
+        "examples/settings.yaml",
+    ]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("two --settings for builtin:capvcd"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = nicpolicy(&[
+        "test",
+        "--settings",
+        "examples/settings.yaml",
+        "tests/cases/capvcd",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("each case file sets the first policy's settings"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn test_command_gives_case_settings_to_the_first_policy_of_a_chain() {
+    let nic_limit = nic_limit_wasm();
+    let out = nicpolicy(&[
+        "test",
+        "--policy",
+        &nic_limit,
+        "--policy",
+        "builtin:capvcd",
+        "--settings",
+        "examples/settings.yaml",
+        "tests/cases/nic-limit/04-template-over-limit.yaml",
+        "tests/cases/nic-limit/17-settings-rejected-unknown-key.yaml",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.starts_with("running 2 cases against nic-limit -> nicpolicy-capvcd"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("2 passed, 0 failed"), "{text}");
+}
+
+#[test]
+fn test_command_writes_a_junit_report() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("junit/dmz & \"edge\" <eu1>");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("case dir");
+    let root = workspace().display().to_string();
+    let case = |name: &str, expect: &str| {
+        let text = format!(
+            "description: {name}\ncluster: {root}/examples/cluster.yaml\nmachine: {root}/examples/machine.yaml\nexpect:\n{expect}"
+        );
+        std::fs::write(dir.join(name), text).expect("case file");
+    };
+    case("a-worker's plan.yaml", "  allowed: true\n");
+    case(
+        "b-wrong-primary.yaml",
+        "  nics:\n    - {index: 0, network: storage-net}\n    - {}\n    - {}\n",
+    );
+    // The unknown key holds a control character, which the loader's error message repeats.
+    case("c-unknown-key.yaml", "  \"allowed\\x01\": true\n");
+    let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("junit/report.xml");
+    let out = nicpolicy(&[
+        "test",
+        "--junit",
+        &report.display().to_string(),
+        &dir.display().to_string(),
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.trim_end().ends_with("1 passed, 2 failed"), "{text}");
+
+    let xml = std::fs::read_to_string(&report).expect("report written");
+    assert!(
+        xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<testsuite name=\"nicpolicy-capvcd\" tests=\"3\" failures=\"2\""),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 2, "{xml}");
+    assert_eq!(xml.matches("</failure>").count(), 2, "{xml}");
+    // classname is the directory, name the file stem, both escaped.
+    let classname = "dmz &amp; &quot;edge&quot; &lt;eu1&gt;\"";
+    assert_eq!(xml.matches(classname).count(), 3, "{xml}");
+    assert!(xml.contains("name=\"a-worker&apos;s plan\""), "{xml}");
+    // The mismatch is the failure's message, quotes escaped; the actual decision is its text.
+    assert!(
+        xml.contains(
+            "message=\"nics[0].network: expected &quot;storage-net&quot;, got &quot;mgmt-net&quot;\""
+        ),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("actual:\nallowed: true\nnics:\n- index: 0"),
+        "{xml}"
+    );
+    // No raw control character (XML 1.0 cannot hold one); it is spelled out instead.
+    assert!(!xml.contains('\u{1}'), "{xml}");
+    assert!(xml.contains("allowed\\u0001"), "{xml}");
+    // Every & starts an entity or a character reference.
+    for (at, _) in xml.match_indices('&') {
+        let rest = &xml[at..];
+        assert!(
+            ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;", "&#10;", "&#13;", "&#9;"]
+                .iter()
+                .any(|entity| rest.starts_with(entity)),
+            "bare & at {at}: {}",
+            &rest[..rest.len().min(20)]
+        );
+    }
+    // No markup inside attribute values: every quote-delimited value is free of < and >.
+    for tag in xml.split('<').skip(1) {
+        let inside = tag.split('>').next().unwrap_or_default();
+        for value in inside.split('"').skip(1).step_by(2) {
+            assert!(!value.contains('<'), "{value}");
+        }
+    }
+}

@@ -138,13 +138,48 @@ pub const fn plain_text(value: &str) -> &str {
 /// With one argument, every settings value is accepted. The metadata (name, version,
 /// description) comes from the policy crate's `Cargo.toml`. The exports exist only when
 /// compiling for `wasm32`, so the same crate runs natively under `cargo test`.
+///
+/// When the policy crate's own `js` feature is on (forwarding to `nicpolicy-plugin/js`), the
+/// module exports `evaluate`, `validateSettings` and `metadata` through wasm-bindgen instead, for
+/// JavaScript engines; see [`js`](crate::js). The ABI v1 build never carries wasm-bindgen imports.
 #[macro_export]
 macro_rules! export_policy {
     ($evaluate:path) => {
         $crate::export_policy!($evaluate, $crate::guest::accept_any_settings);
     };
     ($evaluate:path, $validate_settings:path) => {
-        #[cfg(target_arch = "wasm32")]
+        /// The policy's JavaScript entry points (wasm-bindgen), with the `js` feature.
+        #[cfg(feature = "js")]
+        pub mod nicpolicy_js {
+            // The policy's functions are named relative to the crate root.
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::js::wasm_bindgen::prelude::wasm_bindgen;
+
+            /// Request JSON in, decision (or `{"error": ...}`) JSON out.
+            #[wasm_bindgen(js_name = evaluate, wasm_bindgen = $crate::js::wasm_bindgen)]
+            pub fn evaluate_json(request: &str) -> String {
+                $crate::js::evaluate(request, $evaluate)
+            }
+
+            /// Settings JSON in, `{"valid": bool, "message": string}` out.
+            #[wasm_bindgen(js_name = validateSettings, wasm_bindgen = $crate::js::wasm_bindgen)]
+            pub fn validate_settings_json(settings: &str) -> String {
+                $crate::js::validate_settings(settings, $validate_settings)
+            }
+
+            /// The metadata JSON (name, version, abiVersion, description).
+            #[wasm_bindgen(js_name = metadata, wasm_bindgen = $crate::js::wasm_bindgen)]
+            pub fn metadata_json() -> String {
+                $crate::js::metadata(
+                    env!("CARGO_PKG_NAME"),
+                    env!("CARGO_PKG_VERSION"),
+                    env!("CARGO_PKG_DESCRIPTION"),
+                )
+            }
+        }
+
+        #[cfg(all(target_arch = "wasm32", not(feature = "js")))]
         const _: () = {
             #[no_mangle]
             pub extern "C" fn nicpolicy_abi_version() -> u32 {

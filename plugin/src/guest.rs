@@ -27,11 +27,10 @@ fn emit(bytes: Vec<u8>) -> u64 {
     pack(ptr, len)
 }
 
-fn emit_json<T: serde::Serialize>(value: &T) -> u64 {
+fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     // Serialising these plain structs cannot fail; fall back to a valid error envelope anyway.
-    let bytes = serde_json::to_vec(value)
-        .unwrap_or_else(|_| br#"{"error":"policy could not serialise its output"}"#.to_vec());
-    emit(bytes)
+    serde_json::to_vec(value)
+        .unwrap_or_else(|_| br#"{"error":"policy could not serialise its output"}"#.to_vec())
 }
 
 /// Reads the input the host wrote.
@@ -45,30 +44,21 @@ unsafe fn input<'a>(ptr: u32, len: u32) -> &'a [u8] {
     std::slice::from_raw_parts(ptr as usize as *const u8, len as usize)
 }
 
-/// Runs `policy` on the request at `ptr`/`len` and returns the packed decision.
-///
-/// # Safety
-/// As for [`input`].
-pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    let output = match serde_json::from_slice::<Request>(input(ptr, len)) {
+/// Runs `policy` on a request given as JSON and returns the decision (or error envelope) as
+/// JSON: the bytes `nicpolicy_evaluate` hands back, shared with the JS build.
+pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    let output = match serde_json::from_slice::<Request>(input) {
         Ok(request) => EvaluateOutput::Decision(policy(&request)),
         Err(err) => EvaluateOutput::Error {
             error: format!("policy could not read the request: {err}"),
         },
     };
-    emit_json(&output)
+    to_json(&output)
 }
 
-/// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.
-///
-/// # Safety
-/// As for [`input`].
-pub unsafe fn validate_settings(
-    ptr: u32,
-    len: u32,
-    check: fn(&Value) -> Result<(), String>,
-) -> u64 {
-    let verdict = match serde_json::from_slice::<Value>(input(ptr, len)) {
+/// Runs `check` on settings given as JSON and returns the verdict as JSON.
+pub fn validate_settings_json(input: &[u8], check: fn(&Value) -> Result<(), String>) -> Vec<u8> {
+    let verdict = match serde_json::from_slice::<Value>(input) {
         Ok(settings) => match check(&settings) {
             Ok(()) => SettingsValidation {
                 valid: true,
@@ -84,7 +74,27 @@ pub unsafe fn validate_settings(
             message: Some(format!("settings are not JSON: {err}")),
         },
     };
-    emit_json(&verdict)
+    to_json(&verdict)
+}
+
+/// Runs `policy` on the request at `ptr`/`len` and returns the packed decision.
+///
+/// # Safety
+/// As for [`input`].
+pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
+    emit(evaluate_json(input(ptr, len), policy))
+}
+
+/// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.
+///
+/// # Safety
+/// As for [`input`].
+pub unsafe fn validate_settings(
+    ptr: u32,
+    len: u32,
+    check: fn(&Value) -> Result<(), String>,
+) -> u64 {
+    emit(validate_settings_json(input(ptr, len), check))
 }
 
 /// The settings check of a policy that takes no settings: anything goes.

@@ -28,6 +28,8 @@
 pub mod abi;
 pub mod capvcd;
 pub mod guest;
+#[cfg(feature = "js")]
+pub mod js;
 pub mod schema;
 
 pub use guest::log;

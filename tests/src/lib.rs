@@ -130,3 +130,24 @@ impl Module {
         wat::parse_str(self.wat()).unwrap_or_else(|err| panic!("{err}\n{}", self.wat()))
     }
 }
+
+/// Runs every case file under `dir` against `policy`; returns how many ran and a description
+/// of each failure (mismatches and the actual outcome, or why the case could not load).
+pub fn run_suite(policy: &nicpolicy::Policy, dir: &std::path::Path) -> (usize, Vec<String>) {
+    use nicpolicy::cases::{discover, Case, Outcome};
+
+    let paths = discover(&[dir.to_path_buf()]).unwrap_or_default();
+    let failures = paths
+        .iter()
+        .filter_map(|path| match Case::load(path).map(|case| case.run(policy)) {
+            Ok(Outcome::Passed) => None,
+            Ok(Outcome::Failed { mismatches, actual }) => Some(format!(
+                "{}:\n  {}\n  actual:\n{actual}",
+                path.display(),
+                mismatches.join("\n  ")
+            )),
+            Err(err) => Some(format!("{}: cannot load: {err}", path.display())),
+        })
+        .collect();
+    (paths.len(), failures)
+}

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nicpolicy::cases::{discover, Case, Outcome};
+use nicpolicy::cases::{discover, Case};
 use nicpolicy::inspect::inspect;
 use nicpolicy::{builtin, Host, PolicyOptions};
 use nicpolicy_plugin::abi;
-use nicpolicy_tests::host;
+use nicpolicy_tests::{host, run_suite};
 
 fn test_host() -> Host {
     host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cases-cache"))
@@ -25,26 +25,9 @@ fn every_capvcd_case_passes() {
     let policy = host
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
-    let paths = case_paths();
-    assert!(paths.len() >= 30, "only {} CAPVCD cases", paths.len());
-    let mut failures = Vec::new();
-    for path in &paths {
-        let case = match Case::load(path) {
-            Ok(case) => case,
-            Err(err) => {
-                failures.push(format!("{}: cannot load: {err}", path.display()));
-                continue;
-            }
-        };
-        if let Outcome::Failed { mismatches, actual } = case.run(&policy) {
-            failures.push(format!(
-                "{} ({}):\n  {}\n  actual:\n{actual}",
-                path.display(),
-                case.description,
-                mismatches.join("\n  ")
-            ));
-        }
-    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/capvcd");
+    let (count, failures) = run_suite(&policy, &dir);
+    assert!(count >= 30, "only {count} CAPVCD cases");
     assert!(
         failures.is_empty(),
         "{} failing cases:\n{}",
@@ -149,9 +132,14 @@ fn compiled_module_cache_is_used_on_the_second_load() {
         .expect("loads");
     assert_eq!(*second.cache_status(), nicpolicy::cache::CacheStatus::Hit);
 
-    // A damaged cache file is replaced, not trusted.
+    // A damaged cache file is replaced, not trusted. Loaded modules map their file, so drop
+    // them first and swap the file by rename, as the cache itself writes.
+    drop((first, second));
     for entry in std::fs::read_dir(&dir).expect("cache dir") {
-        std::fs::write(entry.expect("entry").path(), b"not a compiled module").expect("write");
+        let path = entry.expect("entry").path();
+        let damaged = path.with_extension("damaged");
+        std::fs::write(&damaged, b"not a compiled module").expect("write");
+        std::fs::rename(&damaged, &path).expect("rename");
     }
     let third = host(dir.clone())
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())

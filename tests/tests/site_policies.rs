@@ -3,9 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use nicpolicy::builtin;
-use nicpolicy::cases::{discover, Case, Outcome};
 use nicpolicy::PolicyOptions;
-use nicpolicy_tests::host;
+use nicpolicy_tests::{host, run_suite};
 
 /// Fewest cases a policy's suite may have.
 const MIN_CASES: usize = 8;
@@ -20,26 +19,15 @@ fn every_site_policy_passes_its_cases() {
             .load(policy.wasm, PolicyOptions::default())
             .unwrap_or_else(|err| panic!("{}: {err}", policy.name));
         let dir = cases_root.join(policy.name);
-        let paths = discover(&[dir.clone()]).unwrap_or_default();
-        if paths.len() < MIN_CASES {
+        let (count, policy_failures) = run_suite(&loaded, &dir);
+        if count < MIN_CASES {
             failures.push(format!(
-                "{}: {} cases in {}, at least {MIN_CASES} needed",
+                "{}: {count} cases in {}, at least {MIN_CASES} needed",
                 policy.name,
-                paths.len(),
                 dir.display()
             ));
         }
-        for path in paths {
-            match Case::load(&path).map(|case| case.run(&loaded)) {
-                Ok(Outcome::Passed) => {}
-                Ok(Outcome::Failed { mismatches, actual }) => failures.push(format!(
-                    "{}:\n  {}\n{actual}",
-                    path.display(),
-                    mismatches.join("\n  ")
-                )),
-                Err(err) => failures.push(format!("{}: {err}", path.display())),
-            }
-        }
+        failures.extend(policy_failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -1,0 +1,546 @@
+//! Several policies evaluated in order as one: a site adds its own rules in front of (or after)
+//! the CAPVCD policy without rebuilding either.
+//!
+//! How a [`PolicyChain`] combines its policies' decisions:
+//!
+//! - **Mutation flows forward.** When a policy writes back `extraOvdcNetworks` (a defaulting
+//!   policy), the policies after it see that list as `request.machine.extraOvdcNetworks`, as the
+//!   API server would after a mutating webhook.
+//! - **`allowed`** only if every policy allows.
+//! - **`violations` and `warnings`**: every policy's, in chain order. In a chain of two or more
+//!   policies each message is prefixed with the name of the policy that made it, in brackets:
+//!   `[nic-limit] 5 NICs requested ...`. The `field` and `reason` of a violation are never
+//!   changed, so field paths stay machine-readable. A chain of one policy passes its decision
+//!   through untouched.
+//! - **`nics` and `vappNetworks`**: the last policy's. Put the policy that plans NICs (the
+//!   CAPVCD one) last; a validation-only policy plans none.
+//! - **`extraOvdcNetworks`**: the last list any policy wrote back (a policy that writes none
+//!   leaves the list it was given), so a mutation made early in the chain is not lost.
+//! - **Failures stop the chain**: the first [`EvalError`] ends the evaluation with a
+//!   [`ChainError`] naming the policy; later policies do not run.
+//!
+//! Logs are kept per policy ([`ChainEvaluation::steps`]) and together in chain order
+//! ([`ChainEvaluation::logs`], prefixed like the messages).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use nicpolicy_plugin::{Decision, Request, Violation};
+use serde_json::Value;
+
+use crate::cases::{Case, Outcome};
+use crate::error::{EvalError, LoadError};
+use crate::policy::{Evaluation, LogLine, Policy};
+
+/// Loaded policies evaluated in order for each machine, combined into one decision (see the
+/// [module documentation](self)). `Send + Sync`, like [`Policy`]; cloning is cheap.
+#[derive(Clone)]
+pub struct PolicyChain {
+    /// Never empty: the constructors take a first policy.
+    policies: Vec<Policy>,
+}
+
+/// Why a chain produced no decision: one policy failed, and the chain stopped there.
+#[derive(Debug, thiserror::Error)]
+pub struct ChainError {
+    /// Name of the policy that failed (see [`Policy::name`]).
+    pub policy: String,
+    /// Its position in the chain, from 0.
+    pub index: usize,
+    /// How many policies the chain has.
+    pub len: usize,
+    /// What went wrong.
+    pub error: EvalError,
+}
+
+impl fmt::Display for ChainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The error's text is part of this message (it is not also a `source`), so printing the
+        // chain of causes does not repeat it.
+        if self.len > 1 {
+            write!(
+                f,
+                "policy {} ({} of {} in the chain) failed: {}",
+                self.policy,
+                self.index + 1,
+                self.len,
+                self.error
+            )
+        } else {
+            write!(f, "policy {} failed: {}", self.policy, self.error)
+        }
+    }
+}
+
+/// What one policy of the chain decided, unmodified.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The policy's name.
+    pub policy: String,
+    /// Its own decision, logs and time.
+    pub evaluation: Evaluation,
+}
+
+/// The result of evaluating a chain.
+#[derive(Clone, Debug)]
+pub struct ChainEvaluation {
+    /// The combined decision.
+    pub decision: Decision,
+    /// Every policy's log lines in chain order, prefixed with `[policy name] ` in a chain of two
+    /// or more.
+    pub logs: Vec<LogLine>,
+    /// Each policy's own result, in chain order.
+    pub steps: Vec<Step>,
+    /// Wall-clock time of the whole chain.
+    pub elapsed: Duration,
+}
+
+impl ChainEvaluation {
+    /// The combined result as a single policy's [`Evaluation`].
+    pub fn into_evaluation(self) -> Evaluation {
+        Evaluation {
+            decision: self.decision,
+            logs: self.logs,
+            elapsed: self.elapsed,
+        }
+    }
+}
+
+impl From<Policy> for PolicyChain {
+    fn from(policy: Policy) -> Self {
+        PolicyChain::new(policy)
+    }
+}
+
+impl PolicyChain {
+    /// A chain of one policy, which behaves exactly like the policy.
+    pub fn new(first: Policy) -> PolicyChain {
+        PolicyChain {
+            policies: vec![first],
+        }
+    }
+
+    /// This chain with `next` evaluated after the policies already in it.
+    pub fn then(mut self, next: Policy) -> PolicyChain {
+        self.policies.push(next);
+        self
+    }
+
+    /// Appends `next` to the chain.
+    pub fn push(&mut self, next: Policy) {
+        self.policies.push(next);
+    }
+
+    /// The policies, in evaluation order (never empty).
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// The first policy, the one that takes a case's settings.
+    pub fn first(&self) -> &Policy {
+        // `policies` is never empty: every constructor takes a first policy.
+        &self.policies[0]
+    }
+
+    /// The policies' names in order, joined by ` -> `.
+    pub fn name(&self) -> String {
+        self.policies
+            .iter()
+            .map(Policy::name)
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    }
+
+    /// The same chain with other settings for its first policy, checked by that policy.
+    pub fn with_first_settings(&self, settings: Value) -> Result<PolicyChain, LoadError> {
+        let mut policies = self.policies.clone();
+        policies[0] = self.first().with_settings(settings)?;
+        Ok(PolicyChain { policies })
+    }
+
+    /// Evaluates every policy in order and combines their decisions.
+    pub fn evaluate(&self, request: &Request) -> Result<ChainEvaluation, ChainError> {
+        let started = Instant::now();
+        let attribute = self.policies.len() > 1;
+        let label = |name: &str, text: &str| {
+            if attribute {
+                format!("[{name}] {text}")
+            } else {
+                text.to_string()
+            }
+        };
+        // Borrowed until a policy rewrites the list: most chains never copy the request.
+        let mut current: Cow<'_, Request> = Cow::Borrowed(request);
+        let mut written: Option<Vec<String>> = None;
+        let mut combined = Decision {
+            allowed: true,
+            ..Decision::default()
+        };
+        let mut logs = Vec::new();
+        let mut steps = Vec::with_capacity(self.policies.len());
+        for (index, policy) in self.policies.iter().enumerate() {
+            let name = policy.name();
+            let evaluation = policy.evaluate(&current).map_err(|error| ChainError {
+                policy: name.clone(),
+                index,
+                len: self.policies.len(),
+                error,
+            })?;
+            let decision = &evaluation.decision;
+            combined.allowed &= decision.allowed;
+            combined
+                .violations
+                .extend(decision.violations.iter().map(|v| Violation {
+                    field: v.field.clone(),
+                    reason: v.reason,
+                    message: label(&name, &v.message),
+                }));
+            combined
+                .warnings
+                .extend(decision.warnings.iter().map(|w| label(&name, w)));
+            logs.extend(evaluation.logs.iter().map(|line| LogLine {
+                level: line.level,
+                message: label(&name, &line.message),
+            }));
+            combined.nics = decision.nics.clone();
+            combined.vapp_networks = decision.vapp_networks.clone();
+            if let Some(list) = &decision.extra_ovdc_networks {
+                if *list != current.machine.extra_ovdc_networks {
+                    current.to_mut().machine.extra_ovdc_networks = list.clone();
+                }
+                written = Some(list.clone());
+            }
+            steps.push(Step {
+                policy: name,
+                evaluation,
+            });
+        }
+        combined.extra_ovdc_networks = written;
+        Ok(ChainEvaluation {
+            decision: combined,
+            logs,
+            steps,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Runs a case file against the chain: the case's settings go to the first policy, the
+    /// others keep theirs, and the combined decision is compared with the expectation.
+    pub fn run_case(&self, case: &Case) -> Outcome {
+        let chain = match self.with_first_settings(case.settings.clone()) {
+            Ok(chain) if case.expect.settings_rejected.is_none() => chain,
+            // The settings concern the first policy alone, so its own run reports the refusal
+            // (or the unexpected acceptance) exactly as for a single policy. A policy has no
+            // source of nondeterminism, so checking the settings again gives the same verdict.
+            _ => return case.run(self.first()),
+        };
+        match chain.evaluate(&case.request) {
+            Ok(evaluation) => case.check(&Ok(evaluation.into_evaluation())),
+            Err(failure) => {
+                let attribution = failure.to_string();
+                match case.check(&Err(failure.error)) {
+                    Outcome::Passed => Outcome::Passed,
+                    // Say which policy failed: the error alone does not.
+                    Outcome::Failed { mismatches, .. } => Outcome::Failed {
+                        mismatches,
+                        actual: attribution,
+                    },
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::OnceLock;
+
+    use nicpolicy_plugin::abi::pack;
+    use nicpolicy_plugin::Reason;
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::{Host, HostConfig};
+    use crate::manifest::RequestFiles;
+    use crate::policy::PolicyOptions;
+    use crate::{builtin, Limits};
+
+    fn host() -> &'static Host {
+        static HOST: OnceLock<Host> = OnceLock::new();
+        HOST.get_or_init(|| {
+            Host::new(HostConfig {
+                cache_dir: None,
+                max_instances: 16,
+                ..HostConfig::default()
+            })
+            .expect("engine starts")
+        })
+    }
+
+    fn capvcd() -> Policy {
+        static CAPVCD: OnceLock<Policy> = OnceLock::new();
+        CAPVCD
+            .get_or_init(|| {
+                host()
+                    .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+                    .expect("CAPVCD policy loads")
+            })
+            .clone()
+    }
+
+    /// How a test module's `nicpolicy_evaluate` ends.
+    enum Ends {
+        /// Returns this JSON.
+        Returning(&'static str),
+        /// Traps.
+        Trapping,
+    }
+
+    /// An ABI v1 module called `name` that logs its whole input, then returns a fixed output or
+    /// traps. The log line shows the test what request the policy saw.
+    fn module(name: &str, ends: Ends) -> Policy {
+        const OUTPUT_AT: u32 = 64;
+        let (output, body) = match ends {
+            Ends::Returning(json) => (
+                json,
+                format!("i64.const {}", pack(OUTPUT_AT, json.len() as u32)),
+            ),
+            Ends::Trapping => ("", "unreachable".to_string()),
+        };
+        let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let wat = format!(
+            r#"(module
+  (import "nicpolicy" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 2)
+  (global $heap (mut i32) (i32.const 4096))
+  (data (i32.const 16) "{{\"valid\":true}}")
+  (data (i32.const {OUTPUT_AT}) "{output}")
+  (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+  ;; Test requests are a few KiB: the second page holds them.
+  (func (export "nicpolicy_alloc") (param $len i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (local.get $p) (local.get $len)))
+    (local.get $p))
+  (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+    i64.const {valid})
+  (func (export "nicpolicy_evaluate") (param $ptr i32) (param $len i32) (result i64)
+    (call $log (i32.const 1) (local.get $ptr) (local.get $len))
+    {body})
+  (@custom "nicpolicy.metadata" "{{\"name\":\"{name}\",\"version\":\"1.0.0\",\"abiVersion\":1}}")
+)"#,
+            output = escape(output),
+            valid = pack(16, 14),
+        );
+        let wasm = wat::parse_str(&wat).unwrap_or_else(|err| panic!("{err}\n{wat}"));
+        host()
+            .load(&wasm, PolicyOptions::default())
+            .expect("test module loads")
+    }
+
+    /// The example worker: NIC 0 on mgmt-net, extras storage-net and workload-net.
+    fn request() -> Request {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        RequestFiles {
+            cluster: Some(&examples.join("cluster.yaml")),
+            machine: Some(&examples.join("machine.yaml")),
+            ..RequestFiles::default()
+        }
+        .build()
+        .expect("example request builds")
+    }
+
+    fn networks(decision: &Decision) -> Vec<&str> {
+        decision.nics.iter().map(|n| n.network.as_str()).collect()
+    }
+
+    #[test]
+    fn chain_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<PolicyChain>();
+        check::<ChainError>();
+    }
+
+    #[test]
+    fn a_chain_of_one_is_the_policy() {
+        let request = request();
+        let alone = capvcd().evaluate(&request).expect("evaluates").decision;
+        let chained = PolicyChain::new(capvcd())
+            .evaluate(&request)
+            .expect("evaluates");
+        assert_eq!(chained.decision, alone);
+        assert_eq!(chained.steps.len(), 1);
+        assert_eq!(PolicyChain::new(capvcd()).name(), "nicpolicy-capvcd");
+    }
+
+    #[test]
+    fn later_policies_see_the_rewritten_extra_networks() {
+        let defaulting = module(
+            "backup-defaults",
+            Ends::Returning(
+                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
+            ),
+        );
+        let observer = module("observer", Ends::Returning(r#"{"allowed":true}"#));
+        let chain = PolicyChain::new(defaulting).then(observer).then(capvcd());
+        assert_eq!(
+            chain.name(),
+            "backup-defaults -> observer -> nicpolicy-capvcd"
+        );
+        let result = chain.evaluate(&request()).expect("evaluates");
+
+        // The observer logged the request it was given.
+        let seen = &result.steps[1].evaluation.logs[0].message;
+        assert!(
+            seen.contains(r#""extraOvdcNetworks":["storage-net","workload-net","backup-net"]"#),
+            "{seen}"
+        );
+        // CAPVCD planned the rewritten list, and its plan is the chain's.
+        assert_eq!(
+            networks(&result.decision),
+            ["mgmt-net", "storage-net", "workload-net", "backup-net"]
+        );
+        assert_eq!(
+            result.decision.extra_ovdc_networks.as_deref(),
+            Some(&["storage-net", "workload-net", "backup-net"].map(String::from)[..])
+        );
+        assert!(result.decision.allowed);
+        // Chain-level logs say which policy logged what.
+        assert!(result.logs[0].message.starts_with("[backup-defaults] {"));
+        assert!(result.logs[1].message.starts_with("[observer] {"));
+    }
+
+    #[test]
+    fn a_rewrite_survives_a_last_policy_that_writes_none() {
+        let defaulting = module(
+            "backup-defaults",
+            Ends::Returning(r#"{"allowed":true,"extraOvdcNetworks":["storage-net","backup-net"]}"#),
+        );
+        let validating = module("validating", Ends::Returning(r#"{"allowed":true}"#));
+        let result = PolicyChain::new(defaulting)
+            .then(validating)
+            .evaluate(&request())
+            .expect("evaluates");
+        assert_eq!(
+            result.decision.extra_ovdc_networks,
+            Some(vec!["storage-net".to_string(), "backup-net".to_string()])
+        );
+        // The last policy plans nothing, so neither does the chain.
+        assert!(result.decision.nics.is_empty());
+    }
+
+    #[test]
+    fn violations_and_warnings_of_every_policy_are_attributed() {
+        let dmz = module(
+            "dmz-guard",
+            Ends::Returning(
+                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}],"warnings":["ext-dmz-net is being retired"]}"#,
+            ),
+        );
+        // CAPVCD with maxNics 2 denies the example's three NICs.
+        let capvcd = capvcd()
+            .with_settings(json!({"maxNics": 2}))
+            .expect("settings accepted");
+        let result = PolicyChain::new(dmz)
+            .then(capvcd)
+            .evaluate(&request())
+            .expect("evaluates");
+        let decision = &result.decision;
+        assert!(!decision.allowed);
+        assert_eq!(decision.violations.len(), 2, "{:?}", decision.violations);
+        let dmz_violation = &decision.violations[0];
+        assert_eq!(dmz_violation.field, "spec.extraOvdcNetworks[1]");
+        assert_eq!(dmz_violation.reason, Reason::Forbidden);
+        assert_eq!(
+            dmz_violation.message,
+            "[dmz-guard] workload-net is reserved for tenants"
+        );
+        let capvcd_violation = &decision.violations[1];
+        assert_eq!(capvcd_violation.field, "spec.extraOvdcNetworks");
+        assert_eq!(capvcd_violation.reason, Reason::TooMany);
+        assert!(
+            capvcd_violation.message.starts_with("[nicpolicy-capvcd] "),
+            "{}",
+            capvcd_violation.message
+        );
+        assert_eq!(
+            decision.warnings,
+            ["[dmz-guard] ext-dmz-net is being retired"]
+        );
+        // Each step keeps its own decision unprefixed.
+        assert_eq!(
+            result.steps[0].evaluation.decision.violations[0].message,
+            "workload-net is reserved for tenants"
+        );
+        crate::policy::check_decision(decision).expect("a coherent decision");
+    }
+
+    #[test]
+    fn a_failing_policy_stops_the_chain_and_is_named() {
+        let broken = module("broken-site-rules", Ends::Trapping);
+        // If the chain went on after the trap, this policy would run into its time limit.
+        let spinning = host()
+            .load(
+                &wat::parse_str(
+                    r#"(module
+                      (memory (export "memory") 1)
+                      (data (i32.const 16) "{\"valid\":true}")
+                      (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+                      (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+                      (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+                        i64.const 68719476750)
+                      (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
+                        (loop $spin (br $spin)) unreachable))"#,
+                )
+                .expect("valid wat"),
+                PolicyOptions {
+                    limits: Limits::default().with_timeout(Duration::from_millis(50)),
+                    ..PolicyOptions::default()
+                },
+            )
+            .expect("loads");
+
+        let chain = PolicyChain::new(capvcd())
+            .then(broken)
+            .then(spinning.clone());
+        let err = chain
+            .evaluate(&request())
+            .expect_err("the second policy traps");
+        assert_eq!(err.policy, "broken-site-rules");
+        assert_eq!((err.index, err.len), (1, 3));
+        assert_eq!(err.error.kind(), "trap");
+        assert!(
+            err.to_string().starts_with(
+                "policy broken-site-rules (2 of 3 in the chain) failed: the policy trapped"
+            ),
+            "{err}"
+        );
+
+        let err = PolicyChain::new(spinning)
+            .evaluate(&request())
+            .expect_err("times out");
+        assert_eq!(err.error.kind(), "timeout");
+        assert!(
+            err.to_string().starts_with("policy sha256:"),
+            "a module without metadata is named by digest: {err}"
+        );
+    }
+
+    #[test]
+    fn case_settings_go_to_the_first_policy() {
+        let chain = PolicyChain::new(capvcd())
+            .then(module("observer", Ends::Returning(r#"{"allowed":true}"#)));
+        let err = chain
+            .with_first_settings(json!({"maxNics": 11}))
+            .err()
+            .expect("CAPVCD refuses maxNics 11");
+        assert!(matches!(err, LoadError::Settings(_)), "{err}");
+        let configured = chain
+            .with_first_settings(json!({"maxNics": 3}))
+            .expect("accepted");
+        assert_eq!(configured.first().settings(), &json!({"maxNics": 3}));
+        assert!(configured.policies()[1].settings().is_null());
+    }
+}

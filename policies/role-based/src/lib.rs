@@ -1,0 +1,545 @@
+//! Role-based network rules on top of the CAPVCD policy.
+//!
+//! Control-plane and worker machines often need different networks: control planes stay off the
+//! DMZ, workers need the storage network, and so on. This policy runs every CAPVCD rule
+//! ([`capvcd::evaluate_with`]) and then, for the machine's role (from the
+//! `cluster.x-k8s.io/control-plane` label):
+//!
+//! - a machine that lists no extra networks gets its role's `defaults` written back into
+//!   `extraOvdcNetworks` (and planned as NICs), except on an UPDATE of a provisioned machine whose
+//!   stored list is empty too, where that would add NICs to a running VM;
+//! - each `required` network missing from the machine is `Required` at
+//!   `<spec>.extraOvdcNetworks` (the cluster's primary network counts as present);
+//! - each `forbidden` network is `Forbidden` at `<spec>.extraOvdcNetworks[i]`;
+//! - when `allowed` is given, any other network (neither allowed nor required) is `NotSupported`
+//!   at `<spec>.extraOvdcNetworks[i]`.
+//!
+//! The primary network is never checked against `allowed` or `forbidden`: it comes from the
+//! VCDCluster, not from the machine.
+//!
+//! Settings (every field optional, unknown fields refused):
+//!
+//! ```yaml
+//! capvcd: {maxNics: 6}     # the CAPVCD policy's settings
+//! controlPlane:
+//!   required: [mgmt-net]
+//!   forbidden: [ext-dmz-net]
+//!   allowed: [storage-net, backup-net]
+//! worker:
+//!   allowed: [storage-net, workload-net, backup-net, ext-dmz-net]
+//!   defaults: [storage-net, workload-net]
+//! ```
+
+use nicpolicy_plugin::capvcd::{self, Primary};
+use nicpolicy_plugin::{Decision, Operation, Reason, Request, Role, Violation};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The policy's settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// The CAPVCD rules' own settings (`capvcd:`).
+    pub capvcd: capvcd::Settings,
+    /// Rules for control-plane machines (`controlPlane:`).
+    pub control_plane: RoleRules,
+    /// Rules for every other machine (`worker:`).
+    pub worker: RoleRules,
+}
+
+/// The network rules of one role.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoleRules {
+    /// Networks every machine of the role must have (as an extra network or as the primary).
+    #[serde(default)]
+    pub required: Vec<String>,
+    /// Networks no machine of the role may list.
+    #[serde(default)]
+    pub forbidden: Vec<String>,
+    /// When given, the only extra networks the role may list (its `required` networks are
+    /// allowed too).
+    #[serde(default)]
+    pub allowed: Option<Vec<String>>,
+    /// Extra networks written into a machine of the role that lists none.
+    #[serde(default)]
+    pub defaults: Vec<String>,
+}
+
+/// The top level of the settings, before each part is checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSettings {
+    #[serde(default)]
+    capvcd: Value,
+    #[serde(default)]
+    control_plane: Option<Value>,
+    #[serde(default)]
+    worker: Option<Value>,
+}
+
+impl Settings {
+    /// Reads and checks settings; JSON `null` means the CAPVCD defaults and no role rules.
+    pub fn parse(value: &Value) -> Result<Settings, String> {
+        if value.is_null() {
+            return Ok(Settings::default());
+        }
+        if !value.is_object() {
+            return Err(format!(
+                "settings must be a map with capvcd, controlPlane and worker, not {}",
+                kind_of(value)
+            ));
+        }
+        let raw = RawSettings::deserialize(value).map_err(|err| err.to_string())?;
+        let capvcd =
+            capvcd::Settings::parse(&raw.capvcd).map_err(|why| format!("capvcd: {why}"))?;
+        let control_plane = RoleRules::parse(raw.control_plane, "controlPlane", &capvcd)?;
+        let worker = RoleRules::parse(raw.worker, "worker", &capvcd)?;
+        Ok(Settings {
+            capvcd,
+            control_plane,
+            worker,
+        })
+    }
+
+    /// The rules of `role`.
+    pub fn rules(&self, role: Role) -> &RoleRules {
+        match role {
+            Role::ControlPlane => &self.control_plane,
+            Role::Worker => &self.worker,
+        }
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+impl RoleRules {
+    fn parse(value: Option<Value>, key: &str, capvcd: &capvcd::Settings) -> Result<Self, String> {
+        let rules = match value {
+            None | Some(Value::Null) => return Ok(RoleRules::default()),
+            Some(value) if !value.is_object() => {
+                return Err(format!(
+                    "{key}: must be a map with required, forbidden, allowed and defaults, not {}",
+                    kind_of(&value)
+                ))
+            }
+            Some(value) => RoleRules::deserialize(value).map_err(|err| format!("{key}: {err}"))?,
+        };
+        rules.check(key, capvcd)?;
+        Ok(rules)
+    }
+
+    /// The lists by settings name.
+    fn lists(&self) -> [(&'static str, &[String]); 4] {
+        [
+            ("required", &self.required),
+            ("forbidden", &self.forbidden),
+            ("allowed", self.allowed.as_deref().unwrap_or_default()),
+            ("defaults", &self.defaults),
+        ]
+    }
+
+    fn check(&self, key: &str, capvcd: &capvcd::Settings) -> Result<(), String> {
+        for (list, names) in self.lists() {
+            for (i, name) in names.iter().enumerate() {
+                capvcd::check_name(name)
+                    .map_err(|why| format!("{key}.{list}[{i}]: network name {name:?} {why}"))?;
+                if let Some(first) = names[..i].iter().position(|n| n == name) {
+                    return Err(format!(
+                        "{key}.{list}[{i}]: network {name:?} is already listed at \
+                         {key}.{list}[{first}]"
+                    ));
+                }
+            }
+        }
+        for name in &self.required {
+            if self.forbidden.contains(name) {
+                return Err(format!(
+                    "{key}: network {name:?} is both required and forbidden; no machine could \
+                     satisfy both"
+                ));
+            }
+        }
+        for name in self.allowed.iter().flatten() {
+            if self.forbidden.contains(name) {
+                return Err(format!(
+                    "{key}: network {name:?} is both allowed and forbidden; list it in one of them"
+                ));
+            }
+        }
+        for (i, name) in self.defaults.iter().enumerate() {
+            if self.forbidden.contains(name) {
+                return Err(format!(
+                    "{key}.defaults[{i}]: network {name:?} is forbidden for the same role, so \
+                     every defaulted machine would be refused"
+                ));
+            }
+            if !self.is_allowed(name) {
+                return Err(format!(
+                    "{key}.defaults[{i}]: network {name:?} is not in {key}.allowed (nor in \
+                     {key}.required), so every defaulted machine would be refused"
+                ));
+            }
+        }
+        let nics = self.defaults.len() + 1;
+        if nics > capvcd.max_nics as usize {
+            return Err(format!(
+                "{key}.defaults: {} networks plus the primary make {nics} NICs, above maxNics {}",
+                self.defaults.len(),
+                capvcd.max_nics
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `allowed` lets `name` through (a required network always is).
+    fn is_allowed(&self, name: &str) -> bool {
+        match &self.allowed {
+            None => true,
+            Some(allowed) => {
+                allowed.iter().any(|n| n == name) || self.required.iter().any(|n| n == name)
+            }
+        }
+    }
+}
+
+/// The role as messages name it.
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::ControlPlane => "control-plane",
+        Role::Worker => "worker",
+    }
+}
+
+/// Checks settings for the `nicpolicy_validate_settings` export.
+pub fn validate_settings(settings: &Value) -> Result<(), String> {
+    Settings::parse(settings).map(|_| ())
+}
+
+/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
+pub fn evaluate(request: &Request) -> Decision {
+    match Settings::parse(&request.settings) {
+        Ok(settings) => evaluate_with(request, &settings),
+        Err(message) => capvcd::settings_denial(message),
+    }
+}
+
+/// Whether a machine of `rules`' role that lists no extra networks gets the defaults.
+fn takes_defaults(request: &Request, rules: &RoleRules) -> bool {
+    if rules.defaults.is_empty() || !request.machine.extra_ovdc_networks.is_empty() {
+        return false;
+    }
+    // Defaults on a running VM that has no extra NICs would hot-add NICs to it.
+    let running_without_extras = request.operation == Operation::Update
+        && request
+            .old_machine
+            .as_ref()
+            .is_some_and(|old| old.is_provisioned() && old.extra_ovdc_networks.is_empty());
+    !running_without_extras
+}
+
+/// The CAPVCD rules, the role's defaults, then the role's rules.
+pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
+    let role = request.machine.role;
+    let rules = settings.rules(role);
+    let spec = request.kind.spec_path();
+
+    let defaulted;
+    let mut warnings = Vec::new();
+    let request = if takes_defaults(request, rules) {
+        let mut with_defaults = request.clone();
+        with_defaults.machine.extra_ovdc_networks = rules.defaults.clone();
+        warnings.push(format!(
+            "{spec}.extraOvdcNetworks was empty: set to the {} defaults [{}]",
+            role_name(role),
+            rules.defaults.join(", ")
+        ));
+        defaulted = with_defaults;
+        &defaulted
+    } else {
+        request
+    };
+
+    let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
+    decision.violations.extend(check_role(request, rules));
+    decision.warnings.extend(warnings);
+    decision.allowed = decision.violations.is_empty();
+    decision
+}
+
+/// The role's required, forbidden and allowed networks, against the machine's extra networks
+/// (after defaulting).
+pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
+    let role = role_name(request.machine.role);
+    let spec = request.kind.spec_path();
+    let extras = &request.machine.extra_ovdc_networks;
+    let primary = capvcd::resolve_primary(request, &request.machine).unwrap_or(Primary::Unresolved);
+    let candidates: Vec<&str> = primary.candidates().into_iter().map(|(n, _)| n).collect();
+    let mut violations = Vec::new();
+
+    for (i, name) in extras.iter().enumerate() {
+        // Malformed names and the primary listed again are CAPVCD violations already.
+        if capvcd::check_name(name).is_err() || candidates.contains(&name.as_str()) {
+            continue;
+        }
+        let field = format!("{spec}.extraOvdcNetworks[{i}]");
+        if rules.forbidden.contains(name) {
+            violations.push(Violation::new(
+                field,
+                Reason::Forbidden,
+                format!(
+                    "network {name:?} is forbidden for {role} machines by the site policy; \
+                     remove it"
+                ),
+            ));
+        } else if !rules.is_allowed(name) {
+            let mut allowed: Vec<&str> = rules.required.iter().map(String::as_str).collect();
+            allowed.extend(rules.allowed.iter().flatten().map(String::as_str));
+            allowed.retain(|n| !candidates.contains(n));
+            let allowed = if allowed.is_empty() {
+                "none".to_string()
+            } else {
+                allowed.join(", ")
+            };
+            violations.push(Violation::new(
+                field,
+                Reason::NotSupported,
+                format!(
+                    "network {name:?} is not allowed for {role} machines; the extra networks \
+                     they may list: {allowed}"
+                ),
+            ));
+        }
+    }
+
+    // Without a known primary, a required network may be the primary once the cluster is fixed.
+    if primary != Primary::Unresolved {
+        for name in &rules.required {
+            if extras.contains(name) || primary.name() == Some(name.as_str()) {
+                continue;
+            }
+            let hint = if candidates.contains(&name.as_str()) {
+                " (it is the primary network of only some zones; set failureDomain to such a zone)"
+            } else {
+                ""
+            };
+            violations.push(Violation::new(
+                format!("{spec}.extraOvdcNetworks"),
+                Reason::Required,
+                format!(
+                    "{role} machines need network {name:?}; add it to the extra networks{hint}"
+                ),
+            ));
+        }
+    }
+    violations
+}
+
+nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicpolicy_plugin::{Cluster, Machine, ObjectKind};
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    fn settings() -> Value {
+        json!({
+            "controlPlane": {
+                "required": ["mgmt-net"],
+                "forbidden": ["ext-dmz-net"],
+                "allowed": ["storage-net", "backup-net"],
+                "defaults": []
+            },
+            "worker": {
+                "required": [],
+                "forbidden": [],
+                "allowed": ["storage-net", "workload-net", "backup-net", "ext-dmz-net"],
+                "defaults": ["storage-net", "workload-net"]
+            }
+        })
+    }
+
+    fn request(role: Role, extras: &[&str]) -> Request {
+        let mut labels = BTreeMap::new();
+        if role == Role::ControlPlane {
+            labels.insert("cluster.x-k8s.io/control-plane".to_string(), String::new());
+        }
+        Request {
+            operation: Operation::Create,
+            kind: ObjectKind::VcdMachine,
+            machine: Machine {
+                name: "prod-eu1-md-0-x7k2p".into(),
+                namespace: "prod-eu1".into(),
+                labels,
+                annotations: BTreeMap::new(),
+                role,
+                failure_domain: None,
+                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
+                provider_id: None,
+            },
+            old_machine: None,
+            cluster: Cluster {
+                name: "prod-eu1".into(),
+                namespace: "prod-eu1".into(),
+                ovdc: "eu1-ovdc-prod".into(),
+                ovdc_network: "mgmt-net".into(),
+                zone_topology: None,
+                zones: Vec::new(),
+            },
+            inventory: None,
+            settings: settings(),
+        }
+    }
+
+    fn fields(decision: &Decision) -> Vec<(&str, Reason)> {
+        decision
+            .violations
+            .iter()
+            .map(|v| (v.field.as_str(), v.reason))
+            .collect()
+    }
+
+    #[test]
+    fn worker_without_extras_gets_defaults() {
+        let d = evaluate(&request(Role::Worker, &[]));
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(
+            d.extra_ovdc_networks.as_deref(),
+            Some(&["storage-net".to_string(), "workload-net".to_string()][..])
+        );
+        let nics: Vec<&str> = d.nics.iter().map(|n| n.network.as_str()).collect();
+        assert_eq!(nics, ["mgmt-net", "storage-net", "workload-net"]);
+        assert_eq!(d.vapp_networks, ["mgmt-net", "storage-net", "workload-net"]);
+        assert_eq!(d.warnings.len(), 1);
+    }
+
+    #[test]
+    fn worker_with_extras_keeps_them() {
+        let d = evaluate(&request(Role::Worker, &["backup-net"]));
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(
+            d.extra_ovdc_networks.as_deref(),
+            Some(&["backup-net".to_string()][..])
+        );
+        assert!(d.warnings.is_empty());
+    }
+
+    #[test]
+    fn provisioned_machine_without_extras_is_not_defaulted() {
+        let mut r = request(Role::Worker, &[]);
+        r.operation = Operation::Update;
+        r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
+        r.old_machine = Some(r.machine.clone());
+        let d = evaluate(&r);
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.nics.len(), 1);
+
+        // A stored machine that already got the defaults is defaulted again: no change.
+        let mut old = r.machine.clone();
+        old.extra_ovdc_networks = vec!["storage-net".into(), "workload-net".into()];
+        r.old_machine = Some(old);
+        let d = evaluate(&r);
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.nics.len(), 3);
+    }
+
+    #[test]
+    fn control_plane_rules() {
+        let d = evaluate(&request(Role::ControlPlane, &["storage-net"]));
+        assert!(d.allowed, "{d:?}");
+
+        let d = evaluate(&request(
+            Role::ControlPlane,
+            &["ext-dmz-net", "workload-net", "mgmt-net"],
+        ));
+        assert_eq!(
+            fields(&d),
+            [
+                ("spec.extraOvdcNetworks[2]", Reason::Duplicate),
+                ("spec.extraOvdcNetworks[0]", Reason::Forbidden),
+                ("spec.extraOvdcNetworks[1]", Reason::NotSupported),
+            ]
+        );
+        assert!(d.violations[2].message.contains("storage-net, backup-net"));
+    }
+
+    #[test]
+    fn required_network_missing() {
+        let mut r = request(Role::ControlPlane, &["storage-net"]);
+        r.cluster.ovdc_network = "mgmt-net-prod".into();
+        let d = evaluate(&r);
+        assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Required)]);
+        assert!(d.violations[0].message.contains("\"mgmt-net\""));
+
+        r.kind = ObjectKind::VcdMachineTemplate;
+        let d = evaluate(&r);
+        assert_eq!(
+            fields(&d),
+            [("spec.template.spec.extraOvdcNetworks", Reason::Required)]
+        );
+
+        // Unknown primary: no Required, only CAPVCD's violation.
+        r.cluster.ovdc_network.clear();
+        let d = evaluate(&r);
+        assert_eq!(fields(&d), [("cluster.spec.ovdcNetwork", Reason::Required)]);
+    }
+
+    #[test]
+    fn null_settings_are_plain_capvcd() {
+        let mut r = request(Role::Worker, &["ext-dmz-net"]);
+        r.settings = Value::Null;
+        let d = evaluate(&r);
+        assert_eq!(d, capvcd::evaluate(&r));
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let err = |v: Value| Settings::parse(&v).unwrap_err();
+        assert!(err(json!({"workers": {}})).contains("unknown field `workers`"));
+        assert!(err(json!({"worker": {"alowed": []}})).starts_with("worker: unknown field"));
+        assert!(
+            err(json!({"controlPlane": {"required": ["x"], "forbidden": ["x"]}}))
+                .contains("both required and forbidden")
+        );
+        assert!(
+            err(json!({"worker": {"allowed": ["x"], "forbidden": ["x"]}}))
+                .contains("both allowed and forbidden")
+        );
+        assert!(err(
+            json!({"worker": {"defaults": ["ext-dmz-net"], "forbidden": ["ext-dmz-net"]}})
+        )
+        .contains("worker.defaults[0]"));
+        assert!(
+            err(json!({"worker": {"defaults": ["backup-net"], "allowed": ["storage-net"]}}))
+                .contains("not in worker.allowed")
+        );
+        assert!(err(json!({"worker": {"required": [" storage-net"]}}))
+            .starts_with("worker.required[0]: network name"));
+        assert!(err(json!({"worker": {"allowed": ["a-net", "a-net"]}}))
+            .contains("already listed at worker.allowed[0]"));
+        assert!(
+            err(json!({"capvcd": {"maxNics": 2}, "worker": {"defaults": ["a-net", "b-net"]}}))
+                .contains("above maxNics 2")
+        );
+        assert!(err(json!({"capvcd": {"maxNics": 11}})).starts_with("capvcd: maxNics"));
+        assert!(err(json!(["worker"])).contains("not a list"));
+        assert!(err(json!({"worker": "storage-net"})).contains("worker: must be a map"));
+        assert!(Settings::parse(&settings()).is_ok());
+        assert!(Settings::parse(&json!({})).is_ok());
+        // Required networks are allowed without being listed in `allowed`.
+        assert!(Settings::parse(&json!({"worker": {
+            "required": ["storage-net"], "allowed": [], "defaults": ["storage-net"]
+        }}))
+        .is_ok());
+    }
+}

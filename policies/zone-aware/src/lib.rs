@@ -1,0 +1,727 @@
+//! Logical network names, mapped to the org VDC networks of the machine's zone.
+//!
+//! In a multi-zone cluster each zone has its own org VDC, so the "storage network" is
+//! `storage-net-a` in zone-a and `storage-net-b` in zone-b. With this policy, machine templates
+//! list *logical* names (`storage`, `workload`, `backup`) in `extraOvdcNetworks`, and each
+//! machine gets the real networks of its zone written back:
+//!
+//! ```yaml
+//! zones:
+//!   zone-a: {storage: storage-net-a, workload: workload-net-a, backup: backup-net}
+//!   zone-b: {storage: storage-net-b, workload: workload-net-b, backup: backup-net}
+//! default: {storage: storage-net, workload: workload-net, backup: backup-net}
+//! capvcd: {maxNics: 6}
+//! ```
+//!
+//! The mapping is the machine's `failureDomain` zone; `default` serves single-zone clusters and
+//! machines without a failure domain. In that mapping each extra network that is a logical name
+//! becomes its network, a name that is already one of the mapping's networks passes through
+//! unchanged, and anything else is `NotFound` at `<spec>.extraOvdcNetworks[i]`. The CAPVCD rules
+//! then run on the mapped list, with their field paths pointing at the machine's own entries.
+
+use std::collections::BTreeMap;
+
+use nicpolicy_plugin::capvcd;
+use nicpolicy_plugin::{Decision, Machine, Reason, Request, Violation};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Logical name -> org VDC network name.
+pub type NetworkMap = BTreeMap<String, String>;
+
+/// The policy's settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// The CAPVCD rules' own settings (`capvcd:`).
+    pub capvcd: capvcd::Settings,
+    /// Mapping per zone, keyed by zone name as machines give it in `spec.failureDomain`.
+    pub zones: BTreeMap<String, NetworkMap>,
+    /// Mapping for single-zone clusters and for machines without a failure domain.
+    pub default: Option<NetworkMap>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSettings {
+    #[serde(default)]
+    capvcd: Value,
+    #[serde(default)]
+    zones: Option<Value>,
+    #[serde(default)]
+    default: Option<Value>,
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+/// Reads one `logical: network` map at `at`.
+fn parse_map(value: &Value, at: &str) -> Result<NetworkMap, String> {
+    let Value::Object(entries) = value else {
+        return Err(format!(
+            "{at}: must be a map of logical name to org VDC network name, not {}",
+            kind_of(value)
+        ));
+    };
+    if entries.is_empty() {
+        return Err(format!(
+            "{at}: maps no logical names; map at least one (storage: storage-net) or remove it"
+        ));
+    }
+    let mut map = NetworkMap::new();
+    for (logical, network) in entries {
+        capvcd::check_name(logical)
+            .map_err(|why| format!("{at}: logical name {logical:?} {why}"))?;
+        let Value::String(network) = network else {
+            return Err(format!(
+                "{at}.{logical}: must be an org VDC network name, not {}",
+                kind_of(network)
+            ));
+        };
+        capvcd::check_name(network)
+            .map_err(|why| format!("{at}.{logical}: network name {network:?} {why}"))?;
+        if let Some((other, _)) = map.iter().find(|(_, n)| *n == network) {
+            let (first, second) = if other < logical {
+                (other, logical)
+            } else {
+                (logical, other)
+            };
+            return Err(format!(
+                "{at}: {first} and {second} both map to {network:?}; a machine listing both \
+                 would attach the network twice"
+            ));
+        }
+        map.insert(logical.clone(), network.clone());
+    }
+    Ok(map)
+}
+
+impl Settings {
+    /// Reads and checks settings; JSON `null` maps nothing (the CAPVCD rules alone).
+    pub fn parse(value: &Value) -> Result<Settings, String> {
+        if value.is_null() {
+            return Ok(Settings::default());
+        }
+        if !value.is_object() {
+            return Err(format!(
+                "settings must be a map with zones, default and capvcd, not {}",
+                kind_of(value)
+            ));
+        }
+        let raw = RawSettings::deserialize(value).map_err(|err| err.to_string())?;
+        let capvcd =
+            capvcd::Settings::parse(&raw.capvcd).map_err(|why| format!("capvcd: {why}"))?;
+        let mut zones = BTreeMap::new();
+        match &raw.zones {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(entries)) => {
+                for (zone, map) in entries {
+                    if zone.is_empty() || zone.trim() != zone {
+                        return Err(format!(
+                            "zones: zone name {zone:?} is empty or has white space at either \
+                             end; use the zone names of the VCDCluster"
+                        ));
+                    }
+                    zones.insert(zone.clone(), parse_map(map, &format!("zones.{zone}"))?);
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "zones: must be a map of zone name to network mapping, not {}",
+                    kind_of(other)
+                ))
+            }
+        }
+        let default = match &raw.default {
+            None | Some(Value::Null) => None,
+            Some(map) => Some(parse_map(map, "default")?),
+        };
+        if zones.is_empty() && default.is_none() {
+            return Err(
+                "settings map no networks: give zones (logical name to network, per zone), a \
+                 default mapping, or both"
+                    .to_string(),
+            );
+        }
+        let settings = Settings {
+            capvcd,
+            zones,
+            default,
+        };
+        settings.check_names_unambiguous()?;
+        Ok(settings)
+    }
+
+    /// Every mapping with the settings path it sits at.
+    fn maps(&self) -> impl Iterator<Item = (String, &NetworkMap)> {
+        self.zones
+            .iter()
+            .map(|(zone, map)| (format!("zones.{zone}"), map))
+            .chain(self.default.iter().map(|map| ("default".to_string(), map)))
+    }
+
+    /// A name must not be a logical name in one place and a network in another: a machine
+    /// listing it could mean either.
+    fn check_names_unambiguous(&self) -> Result<(), String> {
+        for (at, map) in self.maps() {
+            for logical in map.keys() {
+                if let Some((other_at, other_logical)) = self.maps().find_map(|(other_at, m)| {
+                    m.iter()
+                        .find(|(_, network)| *network == logical)
+                        .map(|(l, _)| (other_at, l.clone()))
+                }) {
+                    return Err(format!(
+                        "{at}: {logical:?} is a logical name, but {other_at}.{other_logical} \
+                         maps to a network of that name; a machine listing it would be \
+                         ambiguous. Network names pass through unchanged, so only logical \
+                         names need entries"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is a logical name of any mapping.
+    pub fn is_logical(&self, name: &str) -> bool {
+        self.maps().any(|(_, map)| map.contains_key(name))
+    }
+}
+
+/// Checks settings for the `nicpolicy_validate_settings` export.
+pub fn validate_settings(settings: &Value) -> Result<(), String> {
+    Settings::parse(settings).map(|_| ())
+}
+
+/// The mapping that applies to one machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolved<'a> {
+    /// This mapping, described for messages (`zone "zone-a"`, `the default mapping`).
+    Mapped {
+        /// How messages name the mapping.
+        label: String,
+        /// Logical name -> network.
+        map: &'a NetworkMap,
+    },
+    /// No mapping applies. `violation` says why once for the machine; otherwise each logical
+    /// name is `NotFound` with `per_name` as the reason, when given.
+    Unmapped {
+        /// One violation for the machine (`Required` at `<spec>.failureDomain`).
+        violation: Option<Violation>,
+        /// Why a logical name cannot be mapped, for a `NotFound` on each.
+        per_name: Option<String>,
+    },
+}
+
+/// Picks the mapping for `machine`: its failure-domain zone's, or the default one.
+pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings) -> Resolved<'a> {
+    let cluster = &request.cluster;
+    let spec = request.kind.spec_path();
+    let default = || {
+        settings.default.as_ref().map(|map| Resolved::Mapped {
+            label: "the default mapping".to_string(),
+            map,
+        })
+    };
+    if !cluster.is_multi_zone() {
+        return default().unwrap_or_else(|| Resolved::Unmapped {
+            violation: None,
+            per_name: Some(format!(
+                "VCDCluster {:?} has no zones and the policy settings give no default mapping",
+                cluster.name
+            )),
+        });
+    }
+    match machine.failure_domain.as_deref().filter(|z| !z.is_empty()) {
+        Some(zone) => {
+            if let Some(map) = settings.zones.get(zone) {
+                return Resolved::Mapped {
+                    label: format!("zone {zone:?}"),
+                    map,
+                };
+            }
+            // A zone the cluster does not have is CAPVCD's NotFound at failureDomain already.
+            let per_name = cluster.zones.iter().any(|z| z.name == zone).then(|| {
+                format!(
+                    "zone {zone:?} has no network mapping in the policy settings (mapped zones: \
+                     {})",
+                    names(settings.zones.keys())
+                )
+            });
+            Resolved::Unmapped {
+                violation: None,
+                per_name,
+            }
+        }
+        None => default().unwrap_or_else(|| {
+            let zones: Vec<&str> = cluster.zones.iter().map(|z| z.name.as_str()).collect();
+            Resolved::Unmapped {
+                violation: Some(Violation::new(
+                    format!("{spec}.failureDomain"),
+                    Reason::Required,
+                    format!(
+                        "VCDCluster {:?} has zones and this machine lists logical networks, which \
+                         are mapped per zone: set failureDomain to one of {}, or give the policy \
+                         a default mapping",
+                        cluster.name,
+                        zones.join(", ")
+                    ),
+                )),
+                per_name: None,
+            }
+        }),
+    }
+}
+
+fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = names.map(String::as_str).collect();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// One extra network after mapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapped {
+    /// Index in the machine's own `extraOvdcNetworks`.
+    pub index: usize,
+    /// The org VDC network.
+    pub network: String,
+    /// The logical name it came from, when it was mapped.
+    pub logical: Option<String>,
+}
+
+/// Maps the machine's extra networks: the kept entries (in order) and a violation for each
+/// entry that cannot be mapped.
+pub fn map_extras(
+    request: &Request,
+    machine: &Machine,
+    settings: &Settings,
+) -> (Vec<Mapped>, Vec<Violation>) {
+    let spec = request.kind.spec_path();
+    let resolved = resolve(request, machine, settings);
+    let mut kept = Vec::new();
+    let mut violations = Vec::new();
+    let mut needs_zone = false;
+    for (index, name) in machine.extra_ovdc_networks.iter().enumerate() {
+        let keep = |logical: Option<&String>, network: &str| Mapped {
+            index,
+            network: network.to_string(),
+            logical: logical.cloned(),
+        };
+        // Malformed names are CAPVCD's to report.
+        if capvcd::check_name(name).is_err() {
+            kept.push(keep(None, name));
+            continue;
+        }
+        let field = format!("{spec}.extraOvdcNetworks[{index}]");
+        match &resolved {
+            Resolved::Mapped { label, map } => {
+                if let Some(network) = map.get(name) {
+                    kept.push(keep(Some(name), network));
+                } else if map.values().any(|n| n == name) {
+                    kept.push(keep(None, name));
+                } else {
+                    let hint = elsewhere(settings, name);
+                    violations.push(Violation::new(
+                        field,
+                        Reason::NotFound,
+                        format!(
+                            "network {name:?} has no mapping in {label} (its logical networks: \
+                             {}){hint}",
+                            names(map.keys())
+                        ),
+                    ));
+                }
+            }
+            Resolved::Unmapped { per_name, .. } => {
+                if !settings.is_logical(name) {
+                    kept.push(keep(None, name));
+                    continue;
+                }
+                needs_zone = true;
+                if let Some(why) = per_name {
+                    violations.push(Violation::new(
+                        field,
+                        Reason::NotFound,
+                        format!("logical network {name:?} cannot be mapped: {why}"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Resolved::Unmapped {
+        violation: Some(violation),
+        ..
+    } = resolved
+    {
+        if needs_zone {
+            violations.insert(0, violation);
+        }
+    }
+    (kept, violations)
+}
+
+/// Where else `name` is known, as a hint after a `NotFound`.
+fn elsewhere(settings: &Settings, name: &str) -> String {
+    for (at, map) in settings.maps() {
+        let what = if map.contains_key(name) {
+            "a logical name"
+        } else if map.values().any(|n| n == name) {
+            "a network"
+        } else {
+            continue;
+        };
+        let place = match at.strip_prefix("zones.") {
+            Some(zone) => format!("zone {zone:?}"),
+            None => "the default mapping".to_string(),
+        };
+        return format!("; {name:?} is {what} of {place}");
+    }
+    String::new()
+}
+
+/// The machine's extra networks mapped with its own zone, for comparing a stored machine with a
+/// new one (entries that cannot be mapped stay as they are).
+fn mapped_list(request: &Request, machine: &Machine, settings: &Settings) -> Vec<String> {
+    match resolve(request, machine, settings) {
+        Resolved::Mapped { map, .. } => machine
+            .extra_ovdc_networks
+            .iter()
+            .map(|name| map.get(name).unwrap_or(name).clone())
+            .collect(),
+        Resolved::Unmapped { .. } => machine.extra_ovdc_networks.clone(),
+    }
+}
+
+/// Rewrites `<prefix>[j]` to `<prefix>[index[j]]` throughout `text`.
+fn remap_indexes(text: &str, prefix: &str, index: &[usize]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        let (before, after) = rest.split_at(at + prefix.len());
+        out.push_str(before);
+        rest = after;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(']') {
+            if let Some(&original) = rest[..digits]
+                .parse::<usize>()
+                .ok()
+                .and_then(|j| index.get(j))
+            {
+                out.push_str(&original.to_string());
+                rest = &rest[digits..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
+pub fn evaluate(request: &Request) -> Decision {
+    match Settings::parse(&request.settings) {
+        Ok(settings) => evaluate_with(request, &settings),
+        Err(message) => capvcd::settings_denial(message),
+    }
+}
+
+/// Maps the extra networks, then runs the CAPVCD rules on the mapped list.
+pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
+    let spec = request.kind.spec_path();
+    let (kept, mut violations) = map_extras(request, &request.machine, settings);
+
+    let mut mapped = request.clone();
+    mapped.machine.extra_ovdc_networks = kept.iter().map(|m| m.network.clone()).collect();
+    if let Some(old) = mapped.old_machine.as_mut() {
+        old.extra_ovdc_networks = mapped_list(request, old, settings);
+    }
+    let mut decision = capvcd::evaluate_with(&mapped, &settings.capvcd);
+
+    let prefix = format!("{spec}.extraOvdcNetworks[");
+    let index: Vec<usize> = kept.iter().map(|m| m.index).collect();
+    for violation in &mut decision.violations {
+        let at_mapped = violation
+            .field
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(']'))
+            .and_then(|j| j.parse::<usize>().ok())
+            .and_then(|j| kept.get(j));
+        violation.field = remap_indexes(&violation.field, &prefix, &index);
+        violation.message = remap_indexes(&violation.message, &prefix, &index);
+        if let Some(Mapped {
+            logical: Some(logical),
+            network,
+            ..
+        }) = at_mapped
+        {
+            violation.message.push_str(&format!(
+                " (listed as logical network {logical:?}, mapped to {network:?})"
+            ));
+        }
+    }
+    violations.append(&mut decision.violations);
+    decision.violations = violations;
+    decision.allowed = decision.violations.is_empty();
+    decision
+}
+
+nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicpolicy_plugin::{Cluster, Inventory, Network, ObjectKind, Operation, Role, Zone};
+    use serde_json::json;
+
+    fn settings() -> Value {
+        json!({
+            "zones": {
+                "zone-a": {"storage": "storage-net-a", "workload": "workload-net-a", "backup": "backup-net"},
+                "zone-b": {"storage": "storage-net-b", "workload": "workload-net-b"}
+            },
+            "default": {"storage": "storage-net", "workload": "workload-net", "backup": "backup-net"}
+        })
+    }
+
+    fn zones() -> Vec<Zone> {
+        ["a", "b", "c"]
+            .iter()
+            .map(|z| Zone {
+                name: format!("zone-{z}"),
+                ovdc: format!("eu1-ovdc-{z}"),
+                ovdc_network_name: format!("mgmt-net-{z}"),
+                control_plane_zone: true,
+            })
+            .collect()
+    }
+
+    fn request(zone: Option<&str>, extras: &[&str]) -> Request {
+        Request {
+            operation: Operation::Create,
+            kind: ObjectKind::VcdMachine,
+            machine: Machine {
+                name: "prod-eu1-md-a-4kd9s".into(),
+                namespace: "prod-eu1".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                role: Role::Worker,
+                failure_domain: zone.map(str::to_string),
+                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
+                provider_id: None,
+            },
+            old_machine: None,
+            cluster: Cluster {
+                name: "prod-eu1".into(),
+                namespace: "prod-eu1".into(),
+                ovdc: String::new(),
+                ovdc_network: String::new(),
+                zone_topology: Some("DCGroup".into()),
+                zones: zones(),
+            },
+            inventory: None,
+            settings: settings(),
+        }
+    }
+
+    fn fields(decision: &Decision) -> Vec<(&str, Reason)> {
+        decision
+            .violations
+            .iter()
+            .map(|v| (v.field.as_str(), v.reason))
+            .collect()
+    }
+
+    fn networks(decision: &Decision) -> Vec<&str> {
+        decision.nics.iter().map(|n| n.network.as_str()).collect()
+    }
+
+    #[test]
+    fn maps_logical_names_of_the_zone() {
+        let d = evaluate(&request(Some("zone-b"), &["storage", "workload"]));
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(
+            networks(&d),
+            ["mgmt-net-b", "storage-net-b", "workload-net-b"]
+        );
+        assert_eq!(
+            d.extra_ovdc_networks,
+            Some(vec!["storage-net-b".into(), "workload-net-b".into()])
+        );
+    }
+
+    #[test]
+    fn real_names_pass_through() {
+        let d = evaluate(&request(Some("zone-a"), &["storage-net-a", "backup"]));
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(networks(&d), ["mgmt-net-a", "storage-net-a", "backup-net"]);
+    }
+
+    #[test]
+    fn unmapped_names_are_not_found_and_capvcd_paths_keep_original_indexes() {
+        let d = evaluate(&request(
+            Some("zone-b"),
+            &["backup", "storage-net-a", "storage", "storage-net-b"],
+        ));
+        assert_eq!(
+            fields(&d),
+            [
+                ("spec.extraOvdcNetworks[0]", Reason::NotFound),
+                ("spec.extraOvdcNetworks[1]", Reason::NotFound),
+                ("spec.extraOvdcNetworks[3]", Reason::Duplicate),
+            ]
+        );
+        assert!(d.violations[0].message.contains("zone \"zone-b\""));
+        assert!(d.violations[0].message.contains("storage, workload"));
+        assert!(d.violations[1]
+            .message
+            .contains("is a network of zone \"zone-a\""));
+        assert!(d.violations[2]
+            .message
+            .contains("already listed at spec.extraOvdcNetworks[2]"));
+    }
+
+    #[test]
+    fn mapped_entry_named_in_capvcd_violation() {
+        let mut r = request(Some("zone-a"), &["workload", "storage"]);
+        r.inventory = Some(Inventory {
+            networks: ["mgmt-net-a", "storage-net-a"]
+                .iter()
+                .map(|n| Network {
+                    name: n.to_string(),
+                    network_type: None,
+                    gateway: None,
+                    prefix_length: None,
+                    static_ip_ranges: Vec::new(),
+                    dns: Vec::new(),
+                    used_ip_addresses: Vec::new(),
+                })
+                .collect(),
+        });
+        let d = evaluate(&r);
+        assert_eq!(
+            fields(&d),
+            [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
+        );
+        assert!(d.violations[0]
+            .message
+            .contains("(listed as logical network \"workload\", mapped to \"workload-net-a\")"));
+    }
+
+    #[test]
+    fn without_failure_domain_default_or_required() {
+        let d = evaluate(&request(None, &["storage"]));
+        assert_eq!(d.extra_ovdc_networks, Some(vec!["storage-net".into()]));
+
+        let mut r = request(None, &["storage", "ext-dmz-net"]);
+        r.settings = json!({"zones": settings()["zones"]});
+        let d = evaluate(&r);
+        assert_eq!(fields(&d), [("spec.failureDomain", Reason::Required)]);
+        // Nothing logical listed: nothing to map, no violation.
+        let mut r = request(None, &["ext-dmz-net"]);
+        r.settings = json!({"zones": settings()["zones"]});
+        assert!(evaluate(&r).allowed);
+    }
+
+    #[test]
+    fn zone_without_mapping() {
+        let d = evaluate(&request(Some("zone-c"), &["storage"]));
+        assert_eq!(
+            fields(&d),
+            [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
+        );
+        assert!(d.violations[0].message.contains("zone \"zone-c\" has no"));
+        // Not a zone of the cluster: CAPVCD's violation only.
+        let d = evaluate(&request(Some("zone-x"), &["storage"]));
+        assert_eq!(fields(&d), [("spec.failureDomain", Reason::NotFound)]);
+    }
+
+    #[test]
+    fn single_zone_cluster_uses_default() {
+        let mut r = request(None, &["workload"]);
+        r.cluster.zones.clear();
+        r.cluster.ovdc_network = "mgmt-net".into();
+        let d = evaluate(&r);
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(networks(&d), ["mgmt-net", "workload-net"]);
+        r.settings = json!({"zones": settings()["zones"]});
+        let d = evaluate(&r);
+        assert_eq!(
+            fields(&d),
+            [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
+        );
+    }
+
+    #[test]
+    fn provisioned_update_compares_mapped_lists() {
+        let mut r = request(Some("zone-a"), &["storage"]);
+        r.operation = Operation::Update;
+        r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
+        let mut old = r.machine.clone();
+        old.extra_ovdc_networks = vec!["storage-net-a".into()];
+        r.old_machine = Some(old);
+        assert!(evaluate(&r).allowed);
+        r.machine.extra_ovdc_networks.push("workload".into());
+        let d = evaluate(&r);
+        assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Forbidden)]);
+    }
+
+    #[test]
+    fn remaps_only_whole_indexes() {
+        let text = "spec.extraOvdcNetworks[1] is already listed at spec.extraOvdcNetworks[0]";
+        assert_eq!(
+            remap_indexes(text, "spec.extraOvdcNetworks[", &[2, 5]),
+            "spec.extraOvdcNetworks[5] is already listed at spec.extraOvdcNetworks[2]"
+        );
+        assert_eq!(
+            remap_indexes("spec.extraOvdcNetworks[x]", "spec.extraOvdcNetworks[", &[3]),
+            "spec.extraOvdcNetworks[x]"
+        );
+    }
+
+    #[test]
+    fn null_settings_are_plain_capvcd() {
+        let mut r = request(Some("zone-a"), &["storage-net"]);
+        r.settings = Value::Null;
+        assert_eq!(evaluate(&r), capvcd::evaluate(&r));
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let err = |v: Value| Settings::parse(&v).unwrap_err();
+        assert!(err(json!({})).contains("settings map no networks"));
+        assert!(err(json!({"zone": {}})).contains("unknown field `zone`"));
+        assert!(err(json!({"zones": {"zone-a": {}}})).starts_with("zones.zone-a: maps no"));
+        assert!(err(json!({"zones": {"zone-a": {"storage": 7}}}))
+            .starts_with("zones.zone-a.storage: must be an org VDC network name"));
+        assert!(
+            err(json!({"zones": {"zone-a": {"storage": "storage-net-a ", }}}))
+                .starts_with("zones.zone-a.storage: network name")
+        );
+        assert!(
+            err(json!({"zones": {"zone-a": {"storage": "net-a", "backup": "net-a"}}}))
+                .contains("backup and storage both map to \"net-a\"")
+        );
+        assert!(err(
+            json!({"zones": {"zone-a": {"storage-net": "storage-net-a"}},
+                           "default": {"storage": "storage-net"}})
+        )
+        .contains("\"storage-net\" is a logical name"));
+        assert!(err(json!({"zones": ["zone-a"]})).contains("zones: must be a map"));
+        assert!(err(json!({"default": "storage-net"})).contains("default: must be a map"));
+        assert!(
+            err(json!({"default": {"storage": "storage-net"}, "capvcd": {"maxNics": 0}}))
+                .starts_with("capvcd: maxNics")
+        );
+        assert!(Settings::parse(&settings()).is_ok());
+    }
+}

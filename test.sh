@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
+# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+WASM_BINDGEN_VERSION=0.2.130   # must equal the wasm-bindgen crate version pinned in Cargo.toml
+
+cargo test --workspace
+
+if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}$"; then
+  echo "installing wasm-bindgen-cli ${WASM_BINDGEN_VERSION} (one time, a few minutes)"
+  cargo install wasm-bindgen-cli --version "=${WASM_BINDGEN_VERSION}"
+fi
+
+# wasm-bindgen-test in Node.
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  cargo test -p nicpolicy-capvcd --features js --target wasm32-unknown-unknown --target-dir target/js
+
+# The JS package as a JavaScript engine loads it, checked case by case against Wasmtime.
+cargo build -p nicpolicy-capvcd --features js --target wasm32-unknown-unknown \
+  --profile policy-js --target-dir target/js
+wasm-bindgen --target nodejs --out-dir target/js/pkg \
+  target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
+node examples/js/evaluate.mjs target/js/pkg
+node --test examples/js/check-parity.mjs

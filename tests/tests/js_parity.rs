@@ -1,0 +1,48 @@
+//! The decisions the JS build must reproduce: every CAPVCD case's request and the decision the
+//! Wasmtime host makes for it, kept in `tests/js/parity.json`. The wasm-bindgen tests (in
+//! Node) and `examples/js/check-parity.mjs` compare the JS build against this file; this test
+//! keeps the file equal to what Wasmtime decides now. Regenerate it with
+//! `NICPOLICY_BLESS=1 cargo test -p nicpolicy-tests --test js_parity`.
+
+use std::path::{Path, PathBuf};
+
+use nicpolicy::cases::{discover, Case};
+use nicpolicy::{builtin, PolicyOptions};
+use nicpolicy_tests::host;
+use serde_json::{json, Value};
+
+#[test]
+fn parity_file_matches_what_wasmtime_decides() {
+    let host = host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("parity-cache"));
+    let policy = host
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut entries = Vec::new();
+    for path in discover(&[root.join("cases/capvcd")]).expect("cases list") {
+        let case = Case::load(&path).expect("case loads");
+        let Ok(configured) = policy.with_settings(case.settings.clone()) else {
+            continue; // settings refused at load: nothing to evaluate
+        };
+        let decision = configured
+            .evaluate(&case.request)
+            .expect("evaluates")
+            .decision;
+        let mut request = case.request.clone();
+        request.settings = case.settings.clone();
+        entries.push(json!({"case": case.name(), "request": request, "decision": decision}));
+    }
+    assert!(entries.len() >= 30, "only {} shared cases", entries.len());
+    let expected = serde_json::to_string_pretty(&Value::Array(entries)).expect("JSON") + "\n";
+    let file = root.join("js/parity.json");
+    if std::env::var_os("NICPOLICY_BLESS").is_some() {
+        std::fs::write(&file, &expected).expect("write parity file");
+        return;
+    }
+    let committed = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        committed == expected,
+        "{} is out of date; regenerate it with NICPOLICY_BLESS=1 cargo test -p nicpolicy-tests --test js_parity",
+        file.display()
+    );
+}
