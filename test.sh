@@ -8,6 +8,11 @@ WASM_BINDGEN_VERSION=0.2.130   # must equal the wasm-bindgen crate version pinne
 
 cargo test --workspace
 
+# Every policy's case suite through the CLI, as a site author runs it.
+for policy in capvcd role-based zone-aware static-ip; do
+  cargo run -q -- test --policy "builtin:${policy}" "tests/cases/${policy}"
+done
+
 if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}$"; then
   echo "installing wasm-bindgen-cli ${WASM_BINDGEN_VERSION} (one time, a few minutes)"
   cargo install wasm-bindgen-cli --version "=${WASM_BINDGEN_VERSION}"
