@@ -22,6 +22,17 @@ fn nicpolicy(args: &[&str]) -> Output {
         .expect("nicpolicy runs")
 }
 
+/// `nicpolicy eval` of `machine` in the example cluster.
+fn eval_machine(machine: &str) -> Output {
+    nicpolicy(&[
+        "eval",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        machine,
+    ])
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -130,13 +141,7 @@ fn malformed_yaml_names_file_and_line() {
         "broken.yaml",
         b"kind: VCDMachine\nspec:\n  extraOvdcNetworks: [storage-net\n",
     );
-    let out = nicpolicy(&[
-        "eval",
-        "--cluster",
-        "examples/cluster.yaml",
-        "--machine",
-        &bad,
-    ]);
+    let out = eval_machine(&bad);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(
@@ -156,13 +161,7 @@ fn wrong_field_type_names_the_field() {
         "typed.yaml",
         b"apiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata: {name: prod-eu1-md-0}\nspec:\n  extraOvdcNetworks: storage-net\n",
     );
-    let out = nicpolicy(&[
-        "eval",
-        "--cluster",
-        "examples/cluster.yaml",
-        "--machine",
-        &bad,
-    ]);
+    let out = eval_machine(&bad);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("spec.extraOvdcNetworks"),

@@ -102,6 +102,11 @@ impl Settings {
         Ok(settings)
     }
 
+    /// Reads CAPVCD settings nested under a site policy's `capvcd:` key; errors say so.
+    pub fn parse_nested(value: &Value) -> Result<Settings, String> {
+        Settings::parse(value).map_err(|why| format!("capvcd: {why}"))
+    }
+
     fn check(&self) -> Result<(), String> {
         if self.max_nics == 0 || self.max_nics > VCD_MAX_NICS {
             return Err(format!(
@@ -760,46 +765,14 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Cluster, Inventory, Network, ObjectKind, Role, Zone};
+    use crate::schema::{Inventory, Network, Zone};
 
     fn request(extras: &[&str]) -> Request {
-        Request {
-            operation: Operation::Create,
-            kind: ObjectKind::VcdMachine,
-            machine: Machine {
-                name: "prod-eu1-md-0-x7k2p".into(),
-                namespace: "prod-eu1".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-                role: Role::Worker,
-                failure_domain: None,
-                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
-                provider_id: None,
-            },
-            old_machine: None,
-            cluster: Cluster {
-                name: "prod-eu1".into(),
-                namespace: "prod-eu1".into(),
-                ovdc: "eu1-ovdc".into(),
-                ovdc_network: "mgmt-net".into(),
-                zone_topology: None,
-                zones: Vec::new(),
-            },
-            inventory: None,
-            settings: Value::Null,
-        }
+        crate::testing::worker(extras)
     }
 
     fn zones() -> Vec<Zone> {
-        ["a", "b"]
-            .iter()
-            .map(|z| Zone {
-                name: format!("zone-{z}"),
-                ovdc: format!("eu1-ovdc-{z}"),
-                ovdc_network_name: format!("mgmt-net-{z}"),
-                control_plane_zone: true,
-            })
-            .collect()
+        crate::testing::zones(&["a", "b"])
     }
 
     #[test]

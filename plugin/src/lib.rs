@@ -7,7 +7,8 @@
 //! - [`schema`]: the [`Request`] a policy receives and the [`Decision`] it returns;
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
-//! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule.
+//! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
+//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests.
 //!
 //! A whole policy is one function:
 //!
@@ -31,6 +32,8 @@ pub mod guest;
 #[cfg(feature = "js")]
 pub mod js;
 pub mod schema;
+pub mod settings;
+pub mod testing;
 
 pub use guest::log;
 pub use schema::{

@@ -151,3 +151,57 @@ pub fn run_suite(policy: &nicpolicy::Policy, dir: &std::path::Path) -> (usize, V
         .collect();
     (paths.len(), failures)
 }
+
+/// Runs the suite in `dir` and fails the test unless it has at least `min_cases` cases and all
+/// pass.
+pub fn assert_suite_passes(policy: &nicpolicy::Policy, dir: &std::path::Path, min_cases: usize) {
+    let (count, failures) = run_suite(policy, dir);
+    assert!(
+        count >= min_cases,
+        "only {count} cases in {}",
+        dir.display()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// One case evaluated through the host.
+pub struct Decided {
+    /// The case.
+    pub case: nicpolicy::cases::Case,
+    /// Its request with the case's settings in place, as the policy received it.
+    pub request: nicpolicy_plugin::Request,
+    /// What the policy decided.
+    pub decision: nicpolicy_plugin::Decision,
+}
+
+/// Every case in `dir` whose settings the policy accepts, evaluated (cases whose settings are
+/// refused at load have nothing to evaluate and are left out).
+pub fn decided_cases(policy: &nicpolicy::Policy, dir: &std::path::Path) -> Vec<Decided> {
+    use nicpolicy::cases::{discover, Case};
+
+    let paths = discover(&[dir.to_path_buf()]).expect("case directory lists");
+    let mut decided = Vec::new();
+    for path in paths {
+        let case = Case::load(&path).unwrap_or_else(|err| panic!("{err}"));
+        let Ok(configured) = policy.with_settings(case.settings.clone()) else {
+            continue;
+        };
+        let decision = configured
+            .evaluate(&case.request)
+            .unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+            .decision;
+        let mut request = case.request.clone();
+        request.settings = case.settings.clone();
+        decided.push(Decided {
+            case,
+            request,
+            decision,
+        });
+    }
+    decided
+}

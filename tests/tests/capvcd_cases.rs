@@ -8,15 +8,18 @@ use nicpolicy::cases::{discover, Case};
 use nicpolicy::inspect::inspect;
 use nicpolicy::{builtin, Host, PolicyOptions};
 use nicpolicy_plugin::abi;
-use nicpolicy_tests::{host, run_suite};
+use nicpolicy_tests::{assert_suite_passes, decided_cases, host, Decided};
 
 fn test_host() -> Host {
     host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cases-cache"))
 }
 
+fn cases_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/capvcd")
+}
+
 fn case_paths() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/capvcd");
-    discover(&[dir]).expect("case directory lists")
+    discover(&[cases_dir()]).expect("case directory lists")
 }
 
 #[test]
@@ -25,15 +28,7 @@ fn every_capvcd_case_passes() {
     let policy = host
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/capvcd");
-    let (count, failures) = run_suite(&policy, &dir);
-    assert!(count >= 30, "only {count} CAPVCD cases");
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    assert_suite_passes(&policy, &cases_dir(), 30);
 }
 
 #[test]
@@ -42,23 +37,17 @@ fn wasm_and_native_decide_the_same_on_every_case() {
     let policy = host
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
-    let mut compared = 0;
-    for path in case_paths() {
-        let case = Case::load(&path).expect("case loads");
-        let Ok(configured) = policy.with_settings(case.settings.clone()) else {
-            continue; // settings refused at load: nothing to evaluate
-        };
-        let wasm = configured
-            .evaluate(&case.request)
-            .expect("evaluates")
-            .decision;
-        let mut request = case.request.clone();
-        request.settings = case.settings.clone();
-        let native = nicpolicy_capvcd::evaluate(&request);
-        assert_eq!(wasm, native, "{}", path.display());
-        compared += 1;
+    let decided = decided_cases(&policy, &cases_dir());
+    for Decided {
+        case,
+        request,
+        decision,
+    } in &decided
+    {
+        let native = nicpolicy_capvcd::evaluate(request);
+        assert_eq!(*decision, native, "{}", case.path.display());
     }
-    assert!(compared >= 30, "compared only {compared} cases");
+    assert!(decided.len() >= 30, "compared only {} cases", decided.len());
 }
 
 #[test]

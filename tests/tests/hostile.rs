@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use nicpolicy::{builtin, EvalError, Host, LoadError, PolicyOptions};
 use nicpolicy_plugin::abi::pack;
-use nicpolicy_plugin::{Cluster, Machine, ObjectKind, Operation, Request, Role};
+use nicpolicy_plugin::{testing, Request};
 use nicpolicy_tests::{host, tight_options, Module};
 
 fn test_host() -> Host {
@@ -14,31 +14,7 @@ fn test_host() -> Host {
 }
 
 fn request() -> Request {
-    Request {
-        operation: Operation::Create,
-        kind: ObjectKind::VcdMachine,
-        machine: Machine {
-            name: "prod-eu1-md-0-x7k2p".into(),
-            namespace: "prod-eu1".into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            role: Role::Worker,
-            failure_domain: None,
-            extra_ovdc_networks: vec!["storage-net".into(), "workload-net".into()],
-            provider_id: None,
-        },
-        old_machine: None,
-        cluster: Cluster {
-            name: "prod-eu1".into(),
-            namespace: "prod-eu1".into(),
-            ovdc: "eu1-ovdc-prod".into(),
-            ovdc_network: "mgmt-net".into(),
-            zone_topology: None,
-            zones: Vec::new(),
-        },
-        inventory: None,
-        settings: serde_json::Value::Null,
-    }
+    testing::worker(&["storage-net", "workload-net"])
 }
 
 /// The CAPVCD policy still gives the right plan on the same host.

@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use nicpolicy::cases::{discover, Case};
 use nicpolicy::{builtin, PolicyOptions};
-use nicpolicy_tests::host;
+use nicpolicy_tests::{decided_cases, host};
 use serde_json::{json, Value};
 
 #[test]
@@ -18,20 +17,10 @@ fn parity_file_matches_what_wasmtime_decides() {
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut entries = Vec::new();
-    for path in discover(&[root.join("cases/capvcd")]).expect("cases list") {
-        let case = Case::load(&path).expect("case loads");
-        let Ok(configured) = policy.with_settings(case.settings.clone()) else {
-            continue; // settings refused at load: nothing to evaluate
-        };
-        let decision = configured
-            .evaluate(&case.request)
-            .expect("evaluates")
-            .decision;
-        let mut request = case.request.clone();
-        request.settings = case.settings.clone();
-        entries.push(json!({"case": case.name(), "request": request, "decision": decision}));
-    }
+    let entries: Vec<Value> = decided_cases(&policy, &root.join("cases/capvcd"))
+        .into_iter()
+        .map(|d| json!({"case": d.case.name(), "request": d.request, "decision": d.decision}))
+        .collect();
     assert!(entries.len() >= 30, "only {} shared cases", entries.len());
     let expected = serde_json::to_string_pretty(&Value::Array(entries)).expect("JSON") + "\n";
     let file = root.join("js/parity.json");

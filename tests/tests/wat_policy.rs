@@ -8,7 +8,7 @@ use nicpolicy::inspect::inspect;
 use nicpolicy::{EvalError, LoadError, Policy, PolicyOptions};
 use nicpolicy_plugin::abi::{self, LogLevel};
 use nicpolicy_plugin::Reason;
-use nicpolicy_tests::{host, run_suite};
+use nicpolicy_tests::{assert_suite_passes, host};
 use serde_json::json;
 
 /// Fewest cases the suite may have.
@@ -33,14 +33,7 @@ fn cases_dir() -> PathBuf {
 #[test]
 fn every_nic_limit_case_passes() {
     let policy = load();
-    let (count, failures) = run_suite(&policy, &cases_dir());
-    assert!(count >= MIN_CASES, "only {count} nic-limit cases");
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    assert_suite_passes(&policy, &cases_dir(), MIN_CASES);
 }
 
 #[test]

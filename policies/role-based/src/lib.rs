@@ -31,6 +31,7 @@
 //! ```
 
 use nicpolicy_plugin::capvcd::{self, Primary};
+use nicpolicy_plugin::settings;
 use nicpolicy_plugin::{Decision, Operation, Reason, Request, Role, Violation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -80,18 +81,12 @@ struct RawSettings {
 impl Settings {
     /// Reads and checks settings; JSON `null` means the CAPVCD defaults and no role rules.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        if value.is_null() {
+        let Some(raw) =
+            settings::read_object::<RawSettings>(value, "capvcd, controlPlane and worker")?
+        else {
             return Ok(Settings::default());
-        }
-        if !value.is_object() {
-            return Err(format!(
-                "settings must be a map with capvcd, controlPlane and worker, not {}",
-                kind_of(value)
-            ));
-        }
-        let raw = RawSettings::deserialize(value).map_err(|err| err.to_string())?;
-        let capvcd =
-            capvcd::Settings::parse(&raw.capvcd).map_err(|why| format!("capvcd: {why}"))?;
+        };
+        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
         let control_plane = RoleRules::parse(raw.control_plane, "controlPlane", &capvcd)?;
         let worker = RoleRules::parse(raw.worker, "worker", &capvcd)?;
         Ok(Settings {
@@ -110,17 +105,6 @@ impl Settings {
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
-
 impl RoleRules {
     fn parse(value: Option<Value>, key: &str, capvcd: &capvcd::Settings) -> Result<Self, String> {
         let rules = match value {
@@ -128,7 +112,7 @@ impl RoleRules {
             Some(value) if !value.is_object() => {
                 return Err(format!(
                     "{key}: must be a map with required, forbidden, allowed and defaults, not {}",
-                    kind_of(&value)
+                    settings::describe(&value)
                 ))
             }
             Some(value) => RoleRules::deserialize(value).map_err(|err| format!("{key}: {err}"))?,
@@ -348,9 +332,9 @@ nicpolicy_plugin::export_policy!(evaluate, validate_settings);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nicpolicy_plugin::{Cluster, Machine, ObjectKind};
+    use nicpolicy_plugin::testing::{self, violation_fields as fields};
+    use nicpolicy_plugin::ObjectKind;
     use serde_json::json;
-    use std::collections::BTreeMap;
 
     fn settings() -> Value {
         json!({
@@ -370,43 +354,16 @@ mod tests {
     }
 
     fn request(role: Role, extras: &[&str]) -> Request {
-        let mut labels = BTreeMap::new();
+        let mut request = testing::worker(extras);
         if role == Role::ControlPlane {
-            labels.insert("cluster.x-k8s.io/control-plane".to_string(), String::new());
+            request
+                .machine
+                .labels
+                .insert("cluster.x-k8s.io/control-plane".to_string(), String::new());
         }
-        Request {
-            operation: Operation::Create,
-            kind: ObjectKind::VcdMachine,
-            machine: Machine {
-                name: "prod-eu1-md-0-x7k2p".into(),
-                namespace: "prod-eu1".into(),
-                labels,
-                annotations: BTreeMap::new(),
-                role,
-                failure_domain: None,
-                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
-                provider_id: None,
-            },
-            old_machine: None,
-            cluster: Cluster {
-                name: "prod-eu1".into(),
-                namespace: "prod-eu1".into(),
-                ovdc: "eu1-ovdc-prod".into(),
-                ovdc_network: "mgmt-net".into(),
-                zone_topology: None,
-                zones: Vec::new(),
-            },
-            inventory: None,
-            settings: settings(),
-        }
-    }
-
-    fn fields(decision: &Decision) -> Vec<(&str, Reason)> {
-        decision
-            .violations
-            .iter()
-            .map(|v| (v.field.as_str(), v.reason))
-            .collect()
+        request.machine.role = role;
+        request.settings = settings();
+        request
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::net::IpAddr;
 
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::schema::IpRange;
+use nicpolicy_plugin::settings;
 use nicpolicy_plugin::{
     Decision, IpAllocationMode, Machine, Network, ObjectKind, Operation, Reason, Request, Violation,
 };
@@ -60,15 +61,11 @@ struct RawSettings {
 impl Settings {
     /// Reads and checks settings; JSON `null` means the CAPVCD defaults and any network.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        if value.is_null() {
+        let Some(raw) = settings::read_object::<RawSettings>(value, "capvcd and manualNetworks")?
+        else {
             return Ok(Settings::default());
-        }
-        if !value.is_object() {
-            return Err("settings must be a map with capvcd and manualNetworks".to_string());
-        }
-        let raw = RawSettings::deserialize(value).map_err(|err| err.to_string())?;
-        let capvcd =
-            capvcd::Settings::parse(&raw.capvcd).map_err(|why| format!("capvcd: {why}"))?;
+        };
+        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
         if let Some(names) = &raw.manual_networks {
             for (i, name) in names.iter().enumerate() {
                 capvcd::check_name(name)
@@ -524,7 +521,8 @@ nicpolicy_plugin::export_policy!(evaluate, validate_settings);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nicpolicy_plugin::{Cluster, Inventory, Role};
+    use nicpolicy_plugin::testing;
+    use nicpolicy_plugin::Inventory;
     use serde_json::json;
 
     fn network(
@@ -577,34 +575,13 @@ mod tests {
     }
 
     fn request(extras: &[&str], annotations: &[(&str, &str)]) -> Request {
-        Request {
-            operation: Operation::Create,
-            kind: ObjectKind::VcdMachine,
-            machine: Machine {
-                name: "prod-eu1-md-0-x7k2p".into(),
-                namespace: "prod-eu1".into(),
-                labels: BTreeMap::new(),
-                annotations: annotations
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                role: Role::Worker,
-                failure_domain: None,
-                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
-                provider_id: None,
-            },
-            old_machine: None,
-            cluster: Cluster {
-                name: "prod-eu1".into(),
-                namespace: "prod-eu1".into(),
-                ovdc: "eu1-ovdc-prod".into(),
-                ovdc_network: "mgmt-net".into(),
-                zone_topology: None,
-                zones: Vec::new(),
-            },
-            inventory: Some(inventory()),
-            settings: Value::Null,
-        }
+        let mut request = testing::worker(extras);
+        request.machine.annotations = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        request.inventory = Some(inventory());
+        request
     }
 
     fn one_violation(d: &Decision) -> (&str, Reason, &str) {

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use nicpolicy_plugin::capvcd;
+use nicpolicy_plugin::{capvcd, settings};
 use nicpolicy_plugin::{Decision, Machine, Reason, Request, Violation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -51,23 +51,12 @@ struct RawSettings {
     default: Option<Value>,
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
-
 /// Reads one `logical: network` map at `at`.
 fn parse_map(value: &Value, at: &str) -> Result<NetworkMap, String> {
     let Value::Object(entries) = value else {
         return Err(format!(
             "{at}: must be a map of logical name to org VDC network name, not {}",
-            kind_of(value)
+            settings::describe(value)
         ));
     };
     if entries.is_empty() {
@@ -82,7 +71,7 @@ fn parse_map(value: &Value, at: &str) -> Result<NetworkMap, String> {
         let Value::String(network) = network else {
             return Err(format!(
                 "{at}.{logical}: must be an org VDC network name, not {}",
-                kind_of(network)
+                settings::describe(network)
             ));
         };
         capvcd::check_name(network)
@@ -106,18 +95,11 @@ fn parse_map(value: &Value, at: &str) -> Result<NetworkMap, String> {
 impl Settings {
     /// Reads and checks settings; JSON `null` maps nothing (the CAPVCD rules alone).
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        if value.is_null() {
+        let Some(raw) = settings::read_object::<RawSettings>(value, "zones, default and capvcd")?
+        else {
             return Ok(Settings::default());
-        }
-        if !value.is_object() {
-            return Err(format!(
-                "settings must be a map with zones, default and capvcd, not {}",
-                kind_of(value)
-            ));
-        }
-        let raw = RawSettings::deserialize(value).map_err(|err| err.to_string())?;
-        let capvcd =
-            capvcd::Settings::parse(&raw.capvcd).map_err(|why| format!("capvcd: {why}"))?;
+        };
+        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
         let mut zones = BTreeMap::new();
         match &raw.zones {
             None | Some(Value::Null) => {}
@@ -135,7 +117,7 @@ impl Settings {
             Some(other) => {
                 return Err(format!(
                     "zones: must be a map of zone name to network mapping, not {}",
-                    kind_of(other)
+                    settings::describe(other)
                 ))
             }
         }
@@ -480,7 +462,8 @@ nicpolicy_plugin::export_policy!(evaluate, validate_settings);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nicpolicy_plugin::{Cluster, Inventory, Network, ObjectKind, Operation, Role, Zone};
+    use nicpolicy_plugin::testing::{self, violation_fields as fields};
+    use nicpolicy_plugin::{Inventory, Network, Operation, Zone};
     use serde_json::json;
 
     fn settings() -> Value {
@@ -494,51 +477,19 @@ mod tests {
     }
 
     fn zones() -> Vec<Zone> {
-        ["a", "b", "c"]
-            .iter()
-            .map(|z| Zone {
-                name: format!("zone-{z}"),
-                ovdc: format!("eu1-ovdc-{z}"),
-                ovdc_network_name: format!("mgmt-net-{z}"),
-                control_plane_zone: true,
-            })
-            .collect()
+        testing::zones(&["a", "b", "c"])
     }
 
     fn request(zone: Option<&str>, extras: &[&str]) -> Request {
-        Request {
-            operation: Operation::Create,
-            kind: ObjectKind::VcdMachine,
-            machine: Machine {
-                name: "prod-eu1-md-a-4kd9s".into(),
-                namespace: "prod-eu1".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-                role: Role::Worker,
-                failure_domain: zone.map(str::to_string),
-                extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
-                provider_id: None,
-            },
-            old_machine: None,
-            cluster: Cluster {
-                name: "prod-eu1".into(),
-                namespace: "prod-eu1".into(),
-                ovdc: String::new(),
-                ovdc_network: String::new(),
-                zone_topology: Some("DCGroup".into()),
-                zones: zones(),
-            },
-            inventory: None,
-            settings: settings(),
-        }
-    }
-
-    fn fields(decision: &Decision) -> Vec<(&str, Reason)> {
-        decision
-            .violations
-            .iter()
-            .map(|v| (v.field.as_str(), v.reason))
-            .collect()
+        let mut request = testing::worker(extras);
+        request.machine.name = "prod-eu1-md-a-4kd9s".into();
+        request.machine.failure_domain = zone.map(str::to_string);
+        request.cluster.ovdc = String::new();
+        request.cluster.ovdc_network = String::new();
+        request.cluster.zone_topology = Some("DCGroup".into());
+        request.cluster.zones = zones();
+        request.settings = settings();
+        request
     }
 
     fn networks(decision: &Decision) -> Vec<&str> {

@@ -1,0 +1,72 @@
+//! Building requests in policy unit tests: a realistic multi-homed worker to start from, changed
+//! field by field in each test.
+//!
+//! ```
+//! use nicpolicy_plugin::{capvcd, testing};
+//!
+//! let request = testing::worker(&["storage-net", "storage-net"]);
+//! let decision = capvcd::evaluate(&request);
+//! assert_eq!(
+//!     testing::violation_fields(&decision),
+//!     [("spec.extraOvdcNetworks[1]", nicpolicy_plugin::Reason::Duplicate)]
+//! );
+//! ```
+
+use serde_json::Value;
+
+use crate::schema::{
+    Cluster, Decision, Machine, ObjectKind, Operation, Reason, Request, Role, Zone,
+};
+
+/// A CREATE of worker `prod-eu1/prod-eu1-md-0-x7k2p` with `extras`, in the single-zone cluster
+/// `prod-eu1` whose primary network is `mgmt-net`; no inventory, no settings.
+pub fn worker(extras: &[&str]) -> Request {
+    Request {
+        operation: Operation::Create,
+        kind: ObjectKind::VcdMachine,
+        machine: Machine {
+            name: "prod-eu1-md-0-x7k2p".into(),
+            namespace: "prod-eu1".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            role: Role::Worker,
+            failure_domain: None,
+            extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
+            provider_id: None,
+        },
+        old_machine: None,
+        cluster: Cluster {
+            name: "prod-eu1".into(),
+            namespace: "prod-eu1".into(),
+            ovdc: "eu1-ovdc-prod".into(),
+            ovdc_network: "mgmt-net".into(),
+            zone_topology: None,
+            zones: Vec::new(),
+        },
+        inventory: None,
+        settings: Value::Null,
+    }
+}
+
+/// Zones `zone-<s>` with org VDC `eu1-ovdc-<s>` and primary network `mgmt-net-<s>`, all open to
+/// control-plane machines.
+pub fn zones(suffixes: &[&str]) -> Vec<Zone> {
+    suffixes
+        .iter()
+        .map(|z| Zone {
+            name: format!("zone-{z}"),
+            ovdc: format!("eu1-ovdc-{z}"),
+            ovdc_network_name: format!("mgmt-net-{z}"),
+            control_plane_zone: true,
+        })
+        .collect()
+}
+
+/// Each violation as `(field, reason)`, for compact assertions.
+pub fn violation_fields(decision: &Decision) -> Vec<(&str, Reason)> {
+    decision
+        .violations
+        .iter()
+        .map(|v| (v.field.as_str(), v.reason))
+        .collect()
+}
