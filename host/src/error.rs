@@ -15,6 +15,15 @@ pub enum LoadError {
         /// The I/O error.
         error: std::io::Error,
     },
+    /// The module is larger than [`MAX_MODULE_BYTES`](crate::limits::MAX_MODULE_BYTES); refused
+    /// before it is parsed or compiled.
+    #[error("the module is {size} bytes, over the {limit}-byte limit for a policy module")]
+    TooLarge {
+        /// Module size in bytes.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The bytes are not a WebAssembly binary module.
     #[error("not a WebAssembly module: {0}")]
     NotWasm(String),

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use wasmparser::{Encoding, ExternalKind, FuncType, Parser, Payload, TypeRef, ValType};
 
 use crate::error::LoadError;
+use crate::limits::MAX_MODULE_BYTES;
 
 /// What a policy module declares, read from its bytes alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +107,12 @@ fn invalid(err: wasmparser::BinaryReaderError) -> LoadError {
 
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
+    if bytes.len() > MAX_MODULE_BYTES {
+        return Err(LoadError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MODULE_BYTES,
+        });
+    }
     if !bytes.starts_with(b"\0asm") {
         let hint = if bytes.trim_ascii_start().starts_with(b"(module") {
             "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
@@ -333,6 +340,18 @@ mod tests {
         assert!(matches!(err, LoadError::NotWasm(_)));
         let err = inspect(b"\0asm\x01\0\0\0\x01\xff").unwrap_err();
         assert!(matches!(err, LoadError::Invalid(_)), "{err}");
+    }
+
+    #[test]
+    fn refuses_modules_over_the_size_limit() {
+        let mut bytes = module(GOOD);
+        bytes.resize(MAX_MODULE_BYTES + 1, 0);
+        let err = inspect(&bytes).unwrap_err();
+        assert!(
+            matches!(err, LoadError::TooLarge { size, limit }
+                if size == MAX_MODULE_BYTES + 1 && limit == MAX_MODULE_BYTES),
+            "{err}"
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
 //! policies evaluated in order as one), [`inspect`] (reading a module without running it),
 //! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`].
+//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`).
 
 pub mod builtin;
 pub mod cache;
@@ -42,6 +42,7 @@ pub mod inspect;
 pub mod limits;
 pub mod manifest;
 pub mod policy;
+pub mod webhook;
 
 pub use chain::{ChainError, ChainEvaluation, PolicyChain};
 pub use engine::{Host, HostConfig, HostError};

@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// Largest policy module the host loads, in bytes. Compile time grows with module size, and a
+/// module is compiled before any time limit applies; this bounds it (docs/abi.md, Limits). Real
+/// policies are far smaller: the built-in CAPVCD module is a few hundred KiB.
+pub const MAX_MODULE_BYTES: usize = 8 << 20;
+
 /// Limits applied to every call into a policy.
 ///
 /// The defaults suit an admission webhook: a CAPVCD evaluation takes tens of microseconds and

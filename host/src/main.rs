@@ -12,6 +12,8 @@ use nicpolicy::inspect::{inspect, ModuleInfo};
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::{builtin, manifest, Host, HostConfig, Limits, PolicyChain, PolicyOptions};
 
+mod cli;
+
 /// Exit codes, as documented in the README.
 mod exit {
     pub const DENIED: u8 = 1;
@@ -39,6 +41,23 @@ enum Command {
     Inspect(InspectArgs),
     /// Run case files (manifests plus the expected decision) against a policy.
     Test(TestArgs),
+    /// Run the admission webhook (HTTPS) that defaults and validates VCDMachines and
+    /// VCDMachineTemplates with the configured policies.
+    Serve(cli::serve::ServeArgs),
+    /// Answer one AdmissionReview from a file and print the response, as the webhook would.
+    Review(cli::serve::ReviewArgs),
+    /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// The built-in policy, such as capvcd or role-based.
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// Where to write the module; stdout when omitted.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -293,6 +312,13 @@ fn main() -> ExitCode {
         Command::Eval(args) => eval(args, &positions),
         Command::Inspect(args) => inspect_cmd(args),
         Command::Test(args) => test_cmd(args, &positions),
+        Command::Serve(args) => cli::serve::serve(args).map(|()| 0).map_err(usage),
+        Command::Export(args) => export_cmd(args),
+        Command::Review(args) => match cli::serve::review(args) {
+            Ok(true) => Ok(0),
+            Ok(false) => Ok(exit::DENIED),
+            Err(error) => Err(usage(error)),
+        },
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -301,6 +327,37 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+fn export_cmd(args: ExportArgs) -> Result<u8, Failure> {
+    let name = args.name.strip_prefix("builtin:").unwrap_or(&args.name);
+    let policy = builtin::get(name).ok_or_else(|| {
+        usage(anyhow::anyhow!(
+            "no built-in policy named `{name}`; built-in policies: {}",
+            builtin::names().join(", ")
+        ))
+    })?;
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, policy.wasm)
+                .with_context(|| format!("{}: cannot write", path.display()))
+                .map_err(usage)?;
+            eprintln!(
+                "wrote {} ({} bytes, sha256 {})",
+                path.display(),
+                policy.wasm.len(),
+                nicpolicy::inspect::sha256_hex(policy.wasm)
+            );
+        }
+        None => {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(policy.wasm)
+                .context("cannot write to stdout")
+                .map_err(usage)?;
+        }
+    }
+    Ok(0)
 }
 
 fn eval(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {

@@ -496,3 +496,115 @@ fn test_command_writes_a_junit_report() {
         }
     }
 }
+
+#[test]
+fn review_answers_an_admission_review_from_a_file() {
+    let output = nicpolicy(&[
+        "review",
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-invalid.json",
+        "--clusters",
+        "examples/cluster.yaml",
+        "--inventory",
+        "examples/inventory.yaml",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(response["kind"], "AdmissionReview");
+    assert_eq!(response["response"]["allowed"], false);
+    assert_eq!(response["response"]["status"]["reason"], "Invalid");
+    let fields: Vec<&str> = response["response"]["status"]["details"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.extraOvdcNetworks[2]",
+            "spec.extraOvdcNetworks[3]",
+            "spec.extraOvdcNetworks[4]"
+        ]
+    );
+
+    // The mutating endpoint of an allowed machine: the plan annotation, decoded on stderr.
+    let output = nicpolicy(&[
+        "review",
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-worker.json",
+        "--clusters",
+        "examples/cluster.yaml",
+        "--endpoint",
+        "mutate",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/metadata/annotations"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn review_refuses_bad_input_clearly() {
+    let output = nicpolicy(&[
+        "review",
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-worker.json",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--clusters"),
+        "{}",
+        stderr(&output)
+    );
+
+    let config = scratch(
+        "bad-serve-config.yaml",
+        b"policies:\n  VCDMachine:\n    - {builtin: capvcd, timeout: soon}\n",
+    );
+    let output = nicpolicy(&[
+        "review",
+        "--config",
+        &config,
+        "--clusters",
+        "examples/cluster.yaml",
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-worker.json",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("policies.VCDMachine[0].timeout"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = nicpolicy(&["serve", "--clusters", "examples/cluster.yaml"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--tls-self-signed"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn export_writes_the_builtin_module() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("role-based.wasm");
+    let output = nicpolicy(&["export", "role-based", "-o", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..4], b"\0asm");
+    let output = nicpolicy(&["inspect", path.to_str().unwrap()]);
+    assert!(
+        stdout(&output).contains("nicpolicy-role-based"),
+        "{}",
+        stdout(&output)
+    );
+    let output = nicpolicy(&["export", "capvd"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("capvcd"), "{}", stderr(&output));
+}

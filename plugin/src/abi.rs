@@ -181,6 +181,10 @@ macro_rules! export_policy {
 
         #[cfg(all(target_arch = "wasm32", not(feature = "js")))]
         const _: () = {
+            // Each call gets a fresh instance: a bump allocator is all it needs.
+            #[global_allocator]
+            static ALLOCATOR: $crate::guest::BumpAllocator = $crate::guest::BumpAllocator::new();
+
             #[no_mangle]
             pub extern "C" fn nicpolicy_abi_version() -> u32 {
                 $crate::abi::ABI_VERSION

@@ -37,8 +37,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::schema::{
-    AdapterType, Decision, IpAllocationMode, Machine, NetworkType, Nic, Operation, Reason, Request,
-    Role, Violation,
+    AdapterType, Decision, Inventory, IpAllocationMode, Machine, Network, NetworkType, Nic,
+    Operation, Reason, Request, Role, Violation,
 };
 
 /// Cloud Director attaches at most this many NICs to one VM.
@@ -268,7 +268,8 @@ pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, 
     {
         Some(domain) => {
             let Some(i) = cluster.zones.iter().position(|z| z.name == domain) else {
-                let known: Vec<&str> = cluster.zones.iter().map(|z| z.name.as_str()).collect();
+                // `String`s, like every other list joined here: one `join` in the module.
+                let known: Vec<String> = cluster.zones.iter().map(|z| z.name.clone()).collect();
                 return Err(Violation::new(
                     format!("{spec}.failureDomain"),
                     Reason::NotFound,
@@ -365,29 +366,84 @@ pub fn check_names(request: &Request) -> Vec<Violation> {
         .collect()
 }
 
+/// `(name, position)` pairs sorted by name; equal names stay in position order. One sort, so
+/// lookups and duplicate checks stay O(n log n) however long the lists are.
+fn sorted_by_name(mut pairs: Vec<(&str, usize)>) -> Vec<(&str, usize)> {
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    pairs
+}
+
+/// For each name, the position of the first earlier name equal to it, if any.
+fn earlier_equal<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<usize>> {
+    let sorted = sorted_by_name(names.enumerate().map(|(i, name)| (name, i)).collect());
+    let mut earlier = vec![None; sorted.len()];
+    for run in sorted.chunk_by(|a, b| a.0 == b.0) {
+        for &(_, i) in &run[1..] {
+            earlier[i] = Some(run[0].1);
+        }
+    }
+    earlier
+}
+
 /// A name listed twice in `extraOvdcNetworks` (CAPVCD would create two NICs with one index).
 pub fn check_duplicates(request: &Request) -> Vec<Violation> {
-    let mut first_seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let extras = &request.machine.extra_ovdc_networks;
+    let earlier = earlier_equal(extras.iter().map(String::as_str));
     let mut violations = Vec::new();
-    for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
-        if name.is_empty() {
-            continue;
-        }
-        match first_seen.get(name.as_str()) {
-            Some(&first) => violations.push(Violation::new(
+    for (i, name) in extras.iter().enumerate() {
+        if let (false, Some(first)) = (name.is_empty(), earlier[i]) {
+            violations.push(Violation::new(
                 extra_field(request, i),
                 Reason::Duplicate,
                 format!(
                     "network {name:?} is already listed at {}; each network can be attached once",
                     extra_field(request, first)
                 ),
-            )),
-            None => {
-                first_seen.insert(name, i);
-            }
+            ));
         }
     }
     violations
+}
+
+/// The inventory's networks by name, for binary search (of equal names the last one counts,
+/// as in [`Inventory::index`]).
+struct NetworkIndex<'a> {
+    networks: &'a [Network],
+    sorted: Vec<(&'a str, usize)>,
+}
+
+impl<'a> NetworkIndex<'a> {
+    fn new(inventory: &'a Inventory) -> Self {
+        let mut sorted = sorted_by_name(
+            inventory
+                .networks
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
+        );
+        // Keep the last of equal names: `dedup_by` keeps the first, so move the later one in.
+        sorted.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                *kept = *later;
+            }
+            same
+        });
+        NetworkIndex {
+            networks: &inventory.networks,
+            sorted,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Network> {
+        let at = self.sorted.binary_search_by(|(n, _)| (*n).cmp(name)).ok()?;
+        self.networks.get(self.sorted[at].1)
+    }
+
+    fn names(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.sorted.iter().map(|(name, _)| *name)
+    }
 }
 
 /// The primary network listed again among the extras (it is always NIC 0 already).
@@ -439,18 +495,18 @@ pub fn check_nic_count(request: &Request, settings: &Settings) -> Vec<Violation>
         format!(
             "{total} NICs requested (the primary and {extras} extra {}), but {limit}; list at \
              most {} extra {}",
-            plural(extras, "network"),
+            networks(extras),
             settings.max_nics - 1,
-            plural(settings.max_nics as usize - 1, "network"),
+            networks(settings.max_nics as usize - 1),
         ),
     )]
 }
 
-fn plural(count: usize, word: &str) -> String {
+fn networks(count: usize) -> &'static str {
     if count == 1 {
-        word.to_string()
+        "network"
     } else {
-        format!("{word}s")
+        "networks"
     }
 }
 
@@ -459,13 +515,13 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
     let Some(inventory) = &request.inventory else {
         return Vec::new();
     };
-    let index = inventory.index();
+    let index = NetworkIndex::new(inventory);
     let missing = |name: &str, field: String, what: &str| -> Option<Violation> {
         // Malformed names get their own violation from `check_names`.
-        if check_name(name).is_err() || index.contains_key(name) {
+        if check_name(name).is_err() || index.get(name).is_some() {
             return None;
         }
-        let hint = closest(name, index.keys().copied())
+        let hint = closest(name, index.names())
             .map(|near| format!("; did you mean {near:?}?"))
             .unwrap_or_default();
         Some(Violation::new(
@@ -485,15 +541,26 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
     violations
 }
 
-/// The known name nearest to `name` (case or a typo or two apart), if any is near.
+/// The known name nearest to `name` (case or a typo or two apart), if any is near. Case is
+/// folded for ASCII letters (other letters that differ in case count as one edit each), which
+/// keeps Unicode case tables out of the module.
 fn closest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let lower = name.to_lowercase();
+    let lower = name.to_ascii_lowercase();
+    let mut candidate_lower = String::new();
     known
         .filter_map(|candidate| {
-            let distance = if candidate.to_lowercase() == lower {
+            let distance = if candidate.eq_ignore_ascii_case(&lower) {
                 0
             } else {
-                edit_distance(&lower, &candidate.to_lowercase())
+                // Names whose lengths differ by more than 2 are never near: skip the work.
+                let (a, b) = (lower.chars().count(), candidate.chars().count());
+                if a.abs_diff(b) > 2 {
+                    return None;
+                }
+                candidate_lower.clear();
+                candidate_lower.push_str(candidate);
+                candidate_lower.make_ascii_lowercase();
+                edit_distance(&lower, &candidate_lower)
             };
             (distance <= 2).then_some((distance, candidate))
         })
@@ -528,7 +595,8 @@ pub fn check_nic_setup(
     settings: &Settings,
     primary: &Primary,
 ) -> Vec<Violation> {
-    let index = request.inventory.as_ref().map(|inv| inv.index());
+    // Only SR-IOV NICs need the inventory: index it on first use.
+    let mut index = None;
     let candidates = primary
         .candidates()
         .into_iter()
@@ -555,9 +623,14 @@ pub fn check_nic_setup(
             ));
         }
         if nic.adapter_type == AdapterType::SriovEthernetCard {
-            let network_type = index
+            let network_type = request
+                .inventory
                 .as_ref()
-                .and_then(|idx| idx.get(nic.network.as_str()))
+                .and_then(|inv| {
+                    index
+                        .get_or_insert_with(|| NetworkIndex::new(inv))
+                        .get(&nic.network)
+                })
                 .and_then(|n| n.network_type);
             if let Some(kind) = network_type.filter(|t| *t != NetworkType::Direct) {
                 violations.push(Violation::new(
@@ -713,13 +786,12 @@ pub fn advise(request: &Request, settings: &Settings, primary: &Primary) -> Vec<
 
 /// The networks the vApp must hold, once each, in NIC order.
 pub fn vapp_networks(nics: &[Nic]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::with_capacity(nics.len());
-    for nic in nics {
-        if !names.contains(&nic.network) {
-            names.push(nic.network.clone());
-        }
-    }
-    names
+    let earlier = earlier_equal(nics.iter().map(|nic| nic.network.as_str()));
+    nics.iter()
+        .zip(earlier)
+        .filter(|(_, earlier)| earlier.is_none())
+        .map(|(nic, _)| nic.network.clone())
+        .collect()
 }
 
 /// The CAPVCD policy: reads the settings from the request, then [`evaluate_with`].

@@ -21,16 +21,21 @@ pub fn alloc(len: u32) -> u32 {
 
 /// Hands `bytes` to the host: the returned value packs their address and length.
 fn emit(bytes: Vec<u8>) -> u64 {
-    let bytes = bytes.into_boxed_slice();
-    let len = bytes.len() as u32;
-    let ptr = Box::leak(bytes).as_ptr() as usize as u32;
-    pack(ptr, len)
+    // Leaked as it is: shrinking it first would copy it for nothing, the instance is dropped.
+    let bytes = bytes.leak();
+    pack(bytes.as_ptr() as usize as u32, bytes.len() as u32)
 }
 
+/// Room for a typical decision, so encoding it does not grow the buffer step by step.
+const OUTPUT_CAPACITY: usize = 2048;
+
 fn to_json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(OUTPUT_CAPACITY);
     // Serialising these plain structs cannot fail; fall back to a valid error envelope anyway.
-    serde_json::to_vec(value)
-        .unwrap_or_else(|_| br#"{"error":"policy could not serialise its output"}"#.to_vec())
+    match serde_json::to_writer(&mut out, value) {
+        Ok(()) => out,
+        Err(_) => br#"{"error":"policy could not serialise its output"}"#.to_vec(),
+    }
 }
 
 /// Reads the input the host wrote.
@@ -124,4 +129,132 @@ pub fn log(level: LogLevel, message: &str) {
     }
     #[cfg(not(target_arch = "wasm32"))]
     eprintln!("[{level:?}] {message}");
+}
+
+/// The allocator [`export_policy!`](crate::export_policy) installs in an ABI v1 module: a bump
+/// allocator over the module's linear memory.
+///
+/// Every call runs in a fresh instance that is dropped afterwards, so nothing needs to be
+/// reused: an allocation is a pointer increment, `free` only takes back the latest block, and
+/// `realloc` of the latest block (a growing `Vec` or `String`) extends it in place. It is far
+/// smaller than a general-purpose allocator and touches fewer pages. Memory grows in steps of
+/// [`BumpAllocator::GROW_PAGES`] pages, or exactly what is needed when the memory cap refuses
+/// a whole step. Only for single-threaded instances that do not outlive a call.
+#[cfg(target_arch = "wasm32")]
+pub struct BumpAllocator {
+    /// Next free address (0 until the first allocation).
+    next: core::cell::Cell<usize>,
+    /// End of the memory the allocator may use.
+    end: core::cell::Cell<usize>,
+}
+
+// SAFETY: a wasm32 instance without threads runs one call at a time.
+#[cfg(target_arch = "wasm32")]
+unsafe impl Sync for BumpAllocator {}
+
+#[cfg(target_arch = "wasm32")]
+impl Default for BumpAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl BumpAllocator {
+    /// Pages (64 KiB) the memory grows by at a time.
+    pub const GROW_PAGES: usize = 4;
+    const PAGE: usize = 65536;
+
+    /// The allocator, starting at the heap base on first use.
+    pub const fn new() -> Self {
+        BumpAllocator {
+            next: core::cell::Cell::new(0),
+            end: core::cell::Cell::new(0),
+        }
+    }
+
+    /// Makes `[.., end)` usable, growing the memory if needed.
+    fn reserve(&self, end: usize) -> bool {
+        if self.next.get() == 0 {
+            extern "C" {
+                static __heap_base: u8;
+            }
+            // The linker defines `__heap_base`; only its address is taken.
+            self.next.set(core::ptr::addr_of!(__heap_base) as usize);
+            self.end
+                .set(core::arch::wasm32::memory_size(0) * Self::PAGE);
+        }
+        if end <= self.end.get() {
+            return true;
+        }
+        let needed = (end - self.end.get()).div_ceil(Self::PAGE);
+        for pages in [needed.max(Self::GROW_PAGES), needed] {
+            if core::arch::wasm32::memory_grow(0, pages) != usize::MAX {
+                self.end.set(self.end.get() + pages * Self::PAGE);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+// SAFETY: blocks are aligned, inside memory the allocator reserved, and never overlap: each
+// starts at or after the end of every live block.
+unsafe impl core::alloc::GlobalAlloc for BumpAllocator {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        if !self.reserve(0) {
+            return core::ptr::null_mut();
+        }
+        let start = match self.next.get().checked_next_multiple_of(layout.align()) {
+            Some(start) => start,
+            None => return core::ptr::null_mut(),
+        };
+        match start.checked_add(layout.size()) {
+            Some(end) if self.reserve(end) => {
+                self.next.set(end);
+                start as *mut u8
+            }
+            _ => core::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
+        // Only the latest block can be given back.
+        if ptr as usize + layout.size() == self.next.get() {
+            self.next.set(ptr as usize);
+        }
+    }
+
+    unsafe fn realloc(
+        &self,
+        ptr: *mut u8,
+        layout: core::alloc::Layout,
+        new_size: usize,
+    ) -> *mut u8 {
+        let start = ptr as usize;
+        if start + layout.size() == self.next.get() {
+            // The latest block: grow or shrink it where it is.
+            return match start.checked_add(new_size) {
+                Some(end) if self.reserve(end) => {
+                    self.next.set(end);
+                    ptr
+                }
+                _ => core::ptr::null_mut(),
+            };
+        }
+        if new_size <= layout.size() {
+            return ptr;
+        }
+        // SAFETY: `realloc`'s contract gives a valid layout with a non-zero size.
+        let new_layout =
+            unsafe { core::alloc::Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: as above.
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live and distinct; the old one holds `layout.size()` bytes.
+            unsafe { core::ptr::copy_nonoverlapping(ptr, new, layout.size()) };
+        }
+        new
+    }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use nicpolicy::{Host, HostConfig, Limits, PolicyOptions};
 use nicpolicy_plugin::abi::pack;
 
+pub mod fuzzing;
+
 /// A host with a private module cache under the test target directory.
 pub fn host(cache_dir: PathBuf) -> Host {
     Host::new(HostConfig {
@@ -59,6 +61,9 @@ pub struct Module {
     pub data: String,
     /// Initial memory pages.
     pub pages: u32,
+    /// Instructions run first in `nicpolicy_alloc (param $len i32) (result i32)`; they must
+    /// leave the stack as they found it.
+    pub alloc_prefix: String,
 }
 
 impl Module {
@@ -71,6 +76,7 @@ impl Module {
             extra: String::new(),
             data: String::new(),
             pages: 2,
+            alloc_prefix: String::new(),
         }
     }
 
@@ -100,6 +106,7 @@ impl Module {
   (func (export "nicpolicy_abi_version") (result i32) i32.const {abi})
   (func (export "nicpolicy_alloc") (param $len i32) (result i32)
     (local $p i32)
+    {alloc_prefix}
     global.get $heap
     local.set $p
     global.get $heap
@@ -122,6 +129,7 @@ impl Module {
             valid_result = pack(VALID_AT, VALID.len() as u32),
             evaluate = self.evaluate,
             extra = self.extra,
+            alloc_prefix = self.alloc_prefix,
         )
     }
 

@@ -77,6 +77,36 @@ fn loop_in_start_function_refuses_the_module() {
 }
 
 #[test]
+fn infinite_loop_in_alloc_is_stopped_by_the_time_limit() {
+    let host = test_host();
+    // The settings (`null`, 4 bytes) pass, so the module loads; the request (hundreds of
+    // bytes) makes nicpolicy_alloc spin.
+    let mut module = Module::allowing();
+    module.alloc_prefix =
+        "(if (i32.gt_u (local.get $len) (i32.const 64)) (then (loop $spin (br $spin))))".into();
+    let started = Instant::now();
+    let err = eval_error(&host, &module);
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(err, EvalError::Timeout(limit) if limit == Duration::from_millis(200)),
+        "{err}"
+    );
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    assert_host_healthy(&host);
+
+    // Spinning on every call refuses the module: loading allocates for the settings check.
+    module.alloc_prefix = "(loop $spin (br $spin))".into();
+    let started = Instant::now();
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(err, LoadError::Runtime(EvalError::Timeout(_))),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_host_healthy(&host);
+}
+
+#[test]
 fn unreachable_is_a_trap_with_its_message() {
     let host = test_host();
     let err = eval_error(&host, &Module::evaluating("unreachable"));
@@ -109,6 +139,83 @@ fn initial_memory_over_the_cap_is_a_memory_error() {
         matches!(err, LoadError::Runtime(EvalError::MemoryLimit { .. })),
         "{err}"
     );
+}
+
+/// A data segment of `bytes` bytes of filler at `offset`, followed by `tail`.
+fn data_segment(offset: u32, bytes: usize, tail: &str) -> String {
+    format!(
+        r#"(data (i32.const {offset}) "{}{}")"#,
+        " ".repeat(bytes),
+        tail.replace('"', "\\\"")
+    )
+}
+
+#[test]
+fn data_segment_beyond_the_memory_cap_refuses_the_module() {
+    let host = test_host();
+    // 2 MiB of data at 7 MiB in a 10 MiB memory: instantiating needs more than the 8 MiB cap.
+    let mut module = Module::allowing();
+    module.pages = 160;
+    module.extra = data_segment(7 << 20, 2 << 20, "");
+    let started = Instant::now();
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(err, LoadError::Runtime(EvalError::MemoryLimit { limit }) if limit == 8 << 20),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn data_segment_outside_the_declared_memory_refuses_the_module() {
+    let host = test_host();
+    // Memory of two pages, a segment at 1 GiB: instantiation fails, nothing grows.
+    let mut module = Module::allowing();
+    module.extra = data_segment(1 << 30, 16, "");
+    let started = Instant::now();
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(&err, LoadError::Runtime(EvalError::Trap { message }) if message.contains("out of bounds")),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn large_legal_data_segment_is_served() {
+    let host = test_host();
+    // 4 MiB of data in a 5 MiB memory, under the 8 MiB cap; the decision sits at its end, so
+    // every evaluation reads the segment as the module declared it.
+    let decision = r#"{"allowed":true,"warnings":["read from the end of a 4 MiB data segment"]}"#;
+    let (offset, filler) = (1 << 20, 4 << 20);
+    let mut module = Module::evaluating(&format!(
+        "i64.const {}",
+        pack(offset + filler as u32, decision.len() as u32)
+    ));
+    // 81 pages: the decision ends just past the 5 MiB mark.
+    module.pages = 81;
+    module.extra = data_segment(offset, filler, decision);
+    let wasm = module.wasm();
+    let started = Instant::now();
+    let policy = host.load(&wasm, tight_options()).expect("loads");
+    let loaded = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..50 {
+        let evaluation = policy.evaluate(&request()).expect("evaluates");
+        assert_eq!(
+            evaluation.decision.warnings,
+            ["read from the end of a 4 MiB data segment"]
+        );
+    }
+    let evaluated = started.elapsed();
+    assert!(loaded < Duration::from_secs(10), "load took {loaded:?}");
+    assert!(
+        evaluated < Duration::from_secs(5),
+        "50 calls took {evaluated:?}"
+    );
+    assert_host_healthy(&host);
 }
 
 #[test]
@@ -217,22 +324,83 @@ fn other_abi_version_is_refused() {
     );
 }
 
+/// A policy gets no clock, randomness, file system, environment or network: every import but
+/// `nicpolicy.log` is refused at load, and the error names it.
 #[test]
 fn wasi_and_other_imports_are_refused() {
     let host = test_host();
-    for import in [
-        r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
-        r#"(import "env" "now" (func (result i64)))"#,
-        r#"(import "nicpolicy" "log" (func (param i32 i32)))"#,
+    let wasi = "wasi_snapshot_preview1";
+    for (module_name, name, ty) in [
+        (
+            wasi,
+            "fd_write",
+            "(func (param i32 i32 i32 i32) (result i32))",
+        ),
+        (
+            wasi,
+            "clock_time_get",
+            "(func (param i32 i64 i32) (result i32))",
+        ),
+        (wasi, "random_get", "(func (param i32 i32) (result i32))"),
+        (wasi, "environ_get", "(func (param i32 i32) (result i32))"),
+        (wasi, "args_get", "(func (param i32 i32) (result i32))"),
+        (
+            wasi,
+            "path_open",
+            "(func (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32))",
+        ),
+        (
+            wasi,
+            "sock_accept",
+            "(func (param i32 i32 i32) (result i32))",
+        ),
+        (
+            wasi,
+            "sock_recv",
+            "(func (param i32 i32 i32 i32 i32 i32) (result i32))",
+        ),
+        (
+            wasi,
+            "sock_send",
+            "(func (param i32 i32 i32 i32 i32) (result i32))",
+        ),
+        (wasi, "sock_shutdown", "(func (param i32 i32) (result i32))"),
+        (
+            "wasi_unstable",
+            "clock_time_get",
+            "(func (param i32 i64 i32) (result i32))",
+        ),
+        ("env", "now", "(func (result i64))"),
+        ("env", "memory", "(memory 1)"),
+        ("env", "table", "(table 1 funcref)"),
+        ("env", "seed", "(global i64)"),
+        ("nicpolicy", "now", "(func (result i64))"),
+        ("nicpolicy", "log", "(func (param i32 i32))"),
     ] {
         let mut module = Module::allowing();
-        module.imports = import.into();
+        // The allowed import first: the refusal must name the other one.
+        module.imports = format!(
+            r#"(import "nicpolicy" "log" (func (param i32 i32 i32))) (import "{module_name}" "{name}" {ty})"#
+        );
         let err = load_error(&host, &module);
+        match &err {
+            LoadError::ForbiddenImport {
+                module: found_module,
+                name: found_name,
+                ..
+            } => assert_eq!(
+                (found_module.as_str(), found_name.as_str()),
+                (module_name, name),
+                "{err}"
+            ),
+            other => panic!("{module_name}.{name}: expected ForbiddenImport, got {other}"),
+        }
         assert!(
-            matches!(err, LoadError::ForbiddenImport { .. }),
-            "{import}: {err}"
+            err.to_string().contains(&format!("`{module_name}.{name}`")),
+            "{err}"
         );
     }
+    assert_host_healthy(&host);
 }
 
 #[test]

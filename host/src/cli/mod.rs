@@ -1,0 +1,3 @@
+//! Subcommands of the `nicpolicy` binary that live in their own files.
+
+pub mod serve;

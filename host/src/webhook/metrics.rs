@@ -1,0 +1,212 @@
+//! Prometheus metrics of the webhook, served on `/metrics` in the text format.
+//!
+//! | metric | labels | what it counts |
+//! |---|---|---|
+//! | `nicpolicy_reviews_total` | `kind`, `endpoint`, `result` | answered reviews; `result` is `allowed`, `patched`, `denied` or `error` |
+//! | `nicpolicy_evaluation_duration_seconds` | `kind`, `policy` | histogram of one policy's evaluation (instantiation included) |
+//! | `nicpolicy_policy_failures_total` | `policy`, `error` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ... |
+//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `unknown_cluster`, `not_served` |
+//! | `nicpolicy_policy_reloads_total` | `result` | configuration reloads: `success` or `failure` |
+//! | `nicpolicy_policy_load_failures_total` | | policy (re)loads refused: the old policies kept serving |
+//! | `nicpolicy_tls_reloads_total` | `result` | certificate reloads |
+//! | `nicpolicy_evaluations_in_flight` | | evaluations running now |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Labels of `nicpolicy_reviews_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabels {
+    /// VCDMachine or VCDMachineTemplate.
+    pub kind: String,
+    /// `mutate` or `validate`.
+    pub endpoint: String,
+    /// `allowed`, `patched`, `denied` or `error`.
+    pub result: String,
+}
+
+/// Labels of the evaluation histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// VCDMachine or VCDMachineTemplate.
+    pub kind: String,
+    /// The policy's name.
+    pub policy: String,
+}
+
+/// Labels of `nicpolicy_policy_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The policy's name.
+    pub policy: String,
+    /// [`crate::EvalError::kind`].
+    pub error: String,
+}
+
+/// A single `reason` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: String,
+}
+
+/// A single `result` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+/// Every metric of the webhook, registered once.
+pub struct Metrics {
+    registry: Registry,
+    /// Answered reviews.
+    pub reviews: Family<ReviewLabels, Counter>,
+    /// Evaluation time per policy.
+    pub evaluation_seconds: Family<PolicyLabels, Histogram>,
+    /// Run-time failures per policy and error kind.
+    pub policy_failures: Family<FailureLabels, Counter>,
+    /// Requests answered without an evaluation.
+    pub rejected: Family<ReasonLabels, Counter>,
+    /// Configuration reloads.
+    pub reloads: Family<ResultLabels, Counter>,
+    /// Refused policy loads.
+    pub load_failures: Counter,
+    /// Certificate reloads.
+    pub tls_reloads: Family<ResultLabels, Counter>,
+    /// Evaluations running now.
+    pub in_flight: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("nicpolicy");
+        let reviews = Family::<ReviewLabels, Counter>::default();
+        // 10 us .. ~5 s: Wasm evaluations sit in the tens of microseconds, limits at seconds.
+        let evaluation_seconds = Family::<PolicyLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(1e-5, 2.5, 15))) as fn() -> Histogram,
+        );
+        let policy_failures = Family::<FailureLabels, Counter>::default();
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        let reloads = Family::<ResultLabels, Counter>::default();
+        let load_failures = Counter::default();
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        let in_flight = Gauge::default();
+        registry.register("reviews", "Admission reviews answered", reviews.clone());
+        registry.register(
+            "evaluation_duration_seconds",
+            "Time of one policy evaluation, instantiation included",
+            evaluation_seconds.clone(),
+        );
+        registry.register(
+            "policy_failures",
+            "Policy evaluations that failed at run time, by error kind",
+            policy_failures.clone(),
+        );
+        registry.register(
+            "requests_rejected",
+            "Requests answered without evaluating a policy, by reason",
+            rejected.clone(),
+        );
+        registry.register(
+            "policy_reloads",
+            "Reloads of the configuration and its policies",
+            reloads.clone(),
+        );
+        registry.register(
+            "policy_load_failures",
+            "Policy loads refused; the previous policies kept serving",
+            load_failures.clone(),
+        );
+        registry.register(
+            "tls_reloads",
+            "Reloads of the serving certificate",
+            tls_reloads.clone(),
+        );
+        registry.register(
+            "evaluations_in_flight",
+            "Evaluations running now",
+            in_flight.clone(),
+        );
+        Metrics {
+            registry,
+            reviews,
+            evaluation_seconds,
+            policy_failures,
+            rejected,
+            reloads,
+            load_failures,
+            tls_reloads,
+            in_flight,
+        }
+    }
+
+    /// Counts a request answered without evaluation.
+    pub fn reject(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a reload.
+    pub fn reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+        if !success {
+            self.load_failures.inc();
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_counters_and_histograms() {
+        let metrics = Metrics::new();
+        metrics.reject("too_large");
+        metrics
+            .evaluation_seconds
+            .get_or_create(&PolicyLabels {
+                kind: "VCDMachine".into(),
+                policy: "nicpolicy-capvcd".into(),
+            })
+            .observe(0.00005);
+        let text = metrics.encode();
+        assert!(
+            text.contains("nicpolicy_requests_rejected_total{reason=\"too_large\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nicpolicy_evaluation_duration_seconds_count{kind=\"VCDMachine\",policy=\"nicpolicy-capvcd\"} 1"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,45 @@
+//! The admission webhook behind `nicpolicy serve`: kube-apiserver posts an AdmissionReview for
+//! every VCDMachine and VCDMachineTemplate create or update; the served policy chain decides,
+//! and the answer is a JSON patch (defaulting) or an allow / deny with field causes
+//! (validation).
+//!
+//! - [`config`]: the configuration file.
+//! - [`policies`]: the policies it serves, one consistent snapshot per review, hot reload.
+//! - [`clusters`]: finding a machine's VCDCluster ([`ClusterSource`]: files or watch caches).
+//! - [`review`]: one AdmissionReview in, one out (usable without a server: `nicpolicy review`).
+//! - [`server`]: HTTPS routes, the bounded evaluation pool, probes, graceful shutdown.
+//! - [`tls`]: certificate files and their rotation, self-signed certificates.
+//! - [`metrics`]: Prometheus metrics.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use nicpolicy::webhook::{App, Server, ServeConfig, StaticClusters};
+//! use nicpolicy::{Host, HostConfig};
+//!
+//! # async fn run() -> anyhow::Result<()> {
+//! let config = ServeConfig::read("config/nicpolicy.yaml".as_ref())?;
+//! let clusters = StaticClusters::read(&["examples/cluster.yaml".into()])?;
+//! let app = Arc::new(App::new(Host::new(HostConfig::default())?, config, Arc::new(clusters))?);
+//! let tls = nicpolicy::webhook::tls::SelfSigned::generate(&[])?.rustls().await?;
+//! let listener = std::net::TcpListener::bind("127.0.0.1:9443")?;
+//! let server = Server::start(app, listener, tls)?;
+//! nicpolicy::webhook::server::shutdown_signal().await;
+//! server.shutdown(std::time::Duration::from_secs(30));
+//! server.wait().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod clusters;
+pub mod config;
+pub mod metrics;
+pub mod policies;
+pub mod review;
+pub mod server;
+pub mod tls;
+
+pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
+pub use config::{ConfigError, FailureMode, KindKey, ServeConfig};
+pub use policies::{ServeLoadError, Served, ServedPolicies};
+pub use review::{Answer, Endpoint, NativeEvaluator, Reviewer, NIC_PLAN_ANNOTATION};
+pub use server::{App, Server};

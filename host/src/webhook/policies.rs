@@ -1,0 +1,295 @@
+//! The policies a webhook serves, loaded from its configuration, and their hot reload.
+//!
+//! A review reads one [`Served`] snapshot for its whole life, so every answer comes from exactly
+//! one configuration. A reload compiles, ABI-checks and validates the settings of every policy
+//! *before* it swaps the snapshot; a configuration that fails any of that is reported (log and
+//! `nicpolicy_policy_load_failures_total`) and the previous snapshot keeps serving.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use nicpolicy_plugin::Inventory;
+use sha2::{Digest, Sha256};
+
+use super::config::{ConfigError, FailureMode, KindKey, ModuleSource, ServeConfig};
+use super::metrics::Metrics;
+use crate::error::LoadError;
+use crate::manifest::{self, ManifestError};
+use crate::{builtin, Host, PolicyChain, PolicyOptions};
+
+/// Why a configuration's policies could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeLoadError {
+    /// The configuration file itself is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A settings or inventory file is wrong.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A policy module was refused.
+    #[error("{config}: {field} ({module}): {error}")]
+    Policy {
+        /// The configuration file.
+        config: String,
+        /// The entry, like `policies.VCDMachine[0]`.
+        field: String,
+        /// The module, as the entry names it.
+        module: String,
+        /// Why it was refused.
+        error: Box<LoadError>,
+    },
+}
+
+/// One consistent set of everything a review reads that a reload may change.
+pub struct Served {
+    /// Counts loads from 1; tells snapshots apart in logs.
+    pub generation: u64,
+    /// The configuration this snapshot was loaded from.
+    pub config: ServeConfig,
+    /// The policy chain of each served kind.
+    pub chains: BTreeMap<KindKey, PolicyChain>,
+    /// The org VDC's networks, when configured.
+    pub inventory: Option<Inventory>,
+    fingerprint: Fingerprint,
+}
+
+impl Served {
+    /// Loads every policy of `config` (compiled or from the cache, ABI-checked, settings
+    /// validated) and reads the inventory.
+    pub fn load(
+        host: &Host,
+        config: ServeConfig,
+        generation: u64,
+    ) -> Result<Served, ServeLoadError> {
+        // Taken first: a file changed during the load is seen as changed by the next check.
+        let fingerprint = Fingerprint::of(&config.watched_files());
+        let config_label = config
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(built-in configuration)".to_string());
+        let mut chains = BTreeMap::new();
+        // Each file is read once per load: entries naming the same module get the same bytes
+        // even if the file is replaced while the load runs.
+        let mut modules: HashMap<PathBuf, Arc<Vec<u8>>> = HashMap::new();
+        for (kind, entries) in &config.policies {
+            let mut chain: Option<PolicyChain> = None;
+            for entry in entries {
+                let settings = match &entry.settings_file {
+                    Some(path) => manifest::read_settings(path)?,
+                    None => entry.settings.clone(),
+                };
+                let options = PolicyOptions {
+                    limits: entry.limits,
+                    settings,
+                    sha256: entry.sha256.clone(),
+                };
+                let refused = |error: LoadError| ServeLoadError::Policy {
+                    config: config_label.clone(),
+                    field: entry.field.clone(),
+                    module: entry.source.label(),
+                    error: Box::new(error),
+                };
+                let policy = match &entry.source {
+                    ModuleSource::File(path) => match modules.get(path) {
+                        Some(bytes) => host.load(bytes, options),
+                        None => match std::fs::read(path) {
+                            Ok(bytes) => {
+                                let bytes = Arc::new(bytes);
+                                modules.insert(path.clone(), bytes.clone());
+                                host.load(&bytes, options)
+                            }
+                            Err(error) => Err(LoadError::Read {
+                                path: path.clone(),
+                                error,
+                            }),
+                        },
+                    },
+                    ModuleSource::Builtin(name) => match builtin::get(name) {
+                        Some(policy) => host.load(policy.wasm, options),
+                        None => Err(LoadError::NotWasm(format!(
+                            "no built-in policy named {name:?}"
+                        ))),
+                    },
+                }
+                .map_err(refused)?;
+                chain = Some(match chain {
+                    None => PolicyChain::new(policy),
+                    Some(chain) => chain.then(policy),
+                });
+            }
+            if let Some(chain) = chain {
+                chains.insert(*kind, chain);
+            }
+        }
+        let inventory = config
+            .inventory
+            .as_deref()
+            .map(manifest::read_inventory)
+            .transpose()?;
+        Ok(Served {
+            generation,
+            config,
+            chains,
+            inventory,
+            fingerprint,
+        })
+    }
+
+    /// What to do when a policy fails at run time.
+    pub fn on_policy_failure(&self) -> FailureMode {
+        self.config.on_policy_failure
+    }
+
+    /// What to do when a machine's cluster is unknown.
+    pub fn on_unknown_cluster(&self) -> FailureMode {
+        self.config.on_unknown_cluster
+    }
+}
+
+/// Contents digests of the files a configuration depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Fingerprint(Vec<(PathBuf, Option<[u8; 32]>)>);
+
+impl Fingerprint {
+    fn of(files: &[PathBuf]) -> Fingerprint {
+        // Contents, not mtimes: a ConfigMap update swaps a symlink and keeps old timestamps.
+        Fingerprint(
+            files
+                .iter()
+                .map(|path| {
+                    let digest = std::fs::read(path).ok().map(|b| Sha256::digest(b).into());
+                    (path.clone(), digest)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// What the reload watcher remembers between checks.
+#[derive(Debug, Default)]
+pub struct ReloadState {
+    refused: Option<Fingerprint>,
+}
+
+/// The snapshot reviews read, swapped atomically by reloads.
+pub struct ServedPolicies {
+    current: RwLock<Arc<Served>>,
+}
+
+impl ServedPolicies {
+    /// Starts with `served`.
+    pub fn new(served: Served) -> Arc<ServedPolicies> {
+        Arc::new(ServedPolicies {
+            current: RwLock::new(Arc::new(served)),
+        })
+    }
+
+    /// The snapshot to use for one review.
+    pub fn get(&self) -> Arc<Served> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            // A panic while swapping cannot leave a half-written Arc behind.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn swap(&self, served: Served) {
+        let served = Arc::new(served);
+        match self.current.write() {
+            Ok(mut guard) => *guard = served,
+            Err(poisoned) => *poisoned.into_inner() = served,
+        }
+    }
+
+    /// Checks the watched files once; when they changed, loads the new configuration and swaps
+    /// it in. Returns `Ok(true)` after a swap, `Ok(false)` when nothing changed.
+    pub fn reload_if_changed(
+        &self,
+        host: &Host,
+        metrics: &Metrics,
+        state: &mut ReloadState,
+    ) -> Result<bool, ServeLoadError> {
+        let current = self.get();
+        let now = Fingerprint::of(&current.config.watched_files());
+        // A refused set of files is tried again only once they change again.
+        if now == current.fingerprint || state.refused.as_ref() == Some(&now) {
+            return Ok(false);
+        }
+        let result = match &current.config.path {
+            Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
+            None => Ok(current.config.clone()),
+        }
+        .and_then(|config| {
+            warn_restart_only(&current.config, &config);
+            Served::load(host, config, current.generation + 1)
+        });
+        match result {
+            Ok(served) => {
+                let generation = served.generation;
+                self.swap(served);
+                state.refused = None;
+                metrics.reload(true);
+                tracing::info!(generation, "configuration reloaded");
+                Ok(true)
+            }
+            Err(err) => {
+                state.refused = Some(now);
+                metrics.reload(false);
+                tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
+                Err(err)
+            }
+        }
+    }
+
+    /// Checks for changes every `interval` on a thread of its own (loads compile modules, which
+    /// must not block the async runtime). The thread ends when the snapshot is dropped.
+    pub fn watch(
+        self: &Arc<Self>,
+        host: Host,
+        metrics: Arc<Metrics>,
+        interval: Duration,
+    ) -> std::io::Result<()> {
+        let weak: Weak<ServedPolicies> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("nicpolicy-reload".into())
+            .spawn(move || {
+                let mut state = ReloadState::default();
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(policies) = weak.upgrade() else {
+                        break;
+                    };
+                    // Errors are logged and counted inside; the old snapshot keeps serving.
+                    let _ = policies.reload_if_changed(&host, &metrics, &mut state);
+                }
+            })
+            .map(drop)
+    }
+}
+
+/// Settings read once at start: say so when a reload changes them.
+fn warn_restart_only(old: &ServeConfig, new: &ServeConfig) {
+    let changed = [
+        ("listen", old.listen != new.listen),
+        ("tls", old.tls != new.tls),
+        ("clusters", old.clusters != new.clusters),
+        (
+            "evaluation",
+            old.workers != new.workers || old.queue_timeout != new.queue_timeout,
+        ),
+        (
+            "maxRequestBytes",
+            old.max_request_bytes != new.max_request_bytes,
+        ),
+        ("reload", old.reload_interval != new.reload_interval),
+    ];
+    for (field, _) in changed.iter().filter(|(_, changed)| *changed) {
+        tracing::warn!(
+            field,
+            "this setting changed; it takes effect after a restart"
+        );
+    }
+}

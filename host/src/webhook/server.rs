@@ -1,0 +1,345 @@
+//! The HTTPS server: routes, the bounded evaluation pool, body cap, probes, metrics and
+//! graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use axum_server::tls_rustls::RustlsConfig;
+use axum_server::Handle;
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+
+use super::clusters::ClusterSource;
+use super::config::{KindKey, ServeConfig};
+use super::metrics::Metrics;
+use super::policies::{ServeLoadError, Served, ServedPolicies};
+use super::review::{Answer, Endpoint, NativeEvaluator, Reviewer};
+use crate::Host;
+
+/// Everything the routes share.
+pub struct App {
+    reviewer: Arc<Reviewer>,
+    permits: Arc<Semaphore>,
+    workers: usize,
+    queue_timeout: Duration,
+    max_body: usize,
+    accepting: AtomicBool,
+    host: Host,
+}
+
+impl App {
+    /// Loads the configuration's policies (refusing to start on any error: a bad module, a
+    /// pin mismatch, refused settings, an unreadable inventory) over `clusters`.
+    pub fn new(
+        host: Host,
+        config: ServeConfig,
+        clusters: Arc<dyn ClusterSource>,
+    ) -> Result<App, ServeLoadError> {
+        let workers = config.workers;
+        let queue_timeout = config.queue_timeout;
+        let max_body = config.max_request_bytes;
+        let served = Served::load(&host, config, 1)?;
+        let metrics = Arc::new(Metrics::new());
+        let reviewer = Arc::new(Reviewer::new(
+            ServedPolicies::new(served),
+            clusters,
+            metrics,
+        ));
+        Ok(App {
+            reviewer,
+            permits: Arc::new(Semaphore::new(workers)),
+            workers,
+            queue_timeout,
+            max_body,
+            accepting: AtomicBool::new(true),
+            host,
+        })
+    }
+
+    /// For benchmarks only: see [`Reviewer::with_native_evaluator`].
+    pub fn with_native_evaluator(mut self, native: NativeEvaluator) -> App {
+        let reviewer = Reviewer::new(
+            self.reviewer.policies().clone(),
+            self.reviewer.clusters().clone(),
+            self.reviewer.metrics().clone(),
+        )
+        .with_native_evaluator(native);
+        self.reviewer = Arc::new(reviewer);
+        self
+    }
+
+    /// The reviewer (served policies, clusters, metrics).
+    pub fn reviewer(&self) -> &Arc<Reviewer> {
+        &self.reviewer
+    }
+
+    /// Starts the hot-reload watcher when the configuration asks for one.
+    pub fn watch_for_changes(&self) -> std::io::Result<()> {
+        let policies = self.reviewer.policies();
+        match policies.get().config.reload_interval {
+            Some(interval) => {
+                policies.watch(self.host.clone(), self.reviewer.metrics().clone(), interval)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let mut router = Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics));
+        for kind in KindKey::ALL {
+            for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+                router = router.route(
+                    &endpoint.path(kind),
+                    post(
+                        move |State(app): State<Arc<App>>, request: Request| async move {
+                            app.handle(endpoint, kind, request).await
+                        },
+                    ),
+                );
+            }
+        }
+        router.fallback(not_found).with_state(self.clone())
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        endpoint: Endpoint,
+        kind: KindKey,
+        request: Request,
+    ) -> Response {
+        let started = Instant::now();
+        let body = match self.read_body(request).await {
+            Ok(body) => body,
+            Err(response) => return response,
+        };
+        // Bounded: at most `workers` evaluations run; the rest wait up to `queue_timeout`.
+        let permit =
+            match tokio::time::timeout(self.queue_timeout, self.permits.clone().acquire_owned())
+                .await
+            {
+                Ok(Ok(permit)) => permit,
+                _ => {
+                    let answer = self
+                        .reviewer
+                        .busy(endpoint, kind, &body, self.queue_timeout);
+                    tracing::warn!(
+                        workers = self.workers,
+                        "evaluation slots busy; review answered without evaluation"
+                    );
+                    return respond(answer);
+                }
+            };
+        let reviewer = self.reviewer.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            reviewer.review(endpoint, kind, &body)
+        })
+        .await;
+        match answer {
+            Ok(answer) => {
+                tracing::debug!(
+                    path = %endpoint.path(kind),
+                    result = answer.result,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "review"
+                );
+                respond(answer)
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "review task failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("review failed: {err}\n"),
+                )
+                    .into_response()
+            }
+        }
+    }
+
+    async fn read_body(&self, request: Request) -> Result<Bytes, Response> {
+        let too_large = |size: String| {
+            self.reviewer.metrics().reject("too_large");
+            let message = format!(
+                "the request body{size} is over the {}-byte limit (maxRequestBytes)",
+                self.max_body
+            );
+            (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response()
+        };
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(size) = declared.filter(|size| *size > self.max_body as u64) {
+            return Err(too_large(format!(" of {size} bytes")));
+        }
+        let limited = http_body_util::Limited::new(request.into_body(), self.max_body);
+        match limited.collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+                Err(too_large(String::new()))
+            }
+            Err(err) => {
+                self.reviewer.metrics().reject("malformed");
+                Err((
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {err}\n"),
+                )
+                    .into_response())
+            }
+        }
+    }
+
+    /// Stops taking new work: `/readyz` fails from now on, so load balancers drain this pod.
+    pub fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::Release);
+    }
+}
+
+fn respond(answer: Answer) -> Response {
+    let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::OK);
+    let mut response = (status, Body::from(answer.body)).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&answer.generation.to_string()) {
+        response
+            .headers_mut()
+            .insert("x-nicpolicy-generation", value);
+    }
+    response
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if !app.accepting.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    if !app.reviewer.clusters().ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster cache not synced yet\n",
+        )
+            .into_response();
+    }
+    let served = app.reviewer.policies().get();
+    (
+        StatusCode::OK,
+        format!("ok: generation {}\n", served.generation),
+    )
+        .into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let mut response = app.reviewer.metrics().encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+async fn not_found(request: Request) -> Response {
+    let paths: Vec<String> = KindKey::ALL
+        .into_iter()
+        .flat_map(|k| [Endpoint::Mutate.path(k), Endpoint::Validate.path(k)])
+        .collect();
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "no endpoint {}; reviews go to {}; probes: /healthz, /readyz, /metrics\n",
+            request.uri().path(),
+            paths.join(", ")
+        ),
+    )
+        .into_response()
+}
+
+/// A running server.
+pub struct Server {
+    handle: Handle<SocketAddr>,
+    addr: SocketAddr,
+    app: Arc<App>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Serves `app` over TLS on `listener` (bind it first, port 0 for any). Must be called
+    /// inside a Tokio runtime.
+    pub fn start(
+        app: Arc<App>,
+        listener: std::net::TcpListener,
+        tls: RustlsConfig,
+    ) -> std::io::Result<Server> {
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let handle = Handle::new();
+        let router = app.router();
+        let server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle.clone());
+        let task = tokio::spawn(async move { server.serve(router.into_make_service()).await });
+        Ok(Server {
+            handle,
+            addr,
+            app,
+            task,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The application state.
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Stops accepting connections; reviews in flight finish (up to `grace`).
+    pub fn shutdown(&self, grace: Duration) {
+        self.app.stop_accepting();
+        self.handle.graceful_shutdown(Some(grace));
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> std::io::Result<()> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(err) => Err(std::io::Error::other(err)),
+        }
+    }
+}
+
+/// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

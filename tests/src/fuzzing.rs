@@ -1,0 +1,111 @@
+//! The checks behind the fuzz targets in `tests/fuzz/`. The targets call these functions on
+//! arbitrary bytes; `tests/tests/fuzz_regressions.rs` calls them on the saved inputs (seeds and
+//! every input that once crashed), so each fix stays covered on the stable toolchain.
+//!
+//! Each function panics only when the host misbehaves: a panic inside the library, an error that
+//! cannot be displayed, or a result that breaks a documented rule.
+
+use std::path::Path;
+
+use nicpolicy::manifest::{build_request, ManifestFile};
+use nicpolicy::policy::{check_decision, decode_decision};
+use nicpolicy::EvalError;
+use nicpolicy_plugin::{Decision, Request};
+
+/// Separates the files of one `manifest_request` input: machine, cluster, inventory, old
+/// machine, machine name (missing parts are absent).
+pub const PART_SEPARATOR: char = '\0';
+
+/// Manifest text to request, as `nicpolicy eval` does it: the input is split at NUL bytes into
+/// the machine file, the cluster file, an optional inventory file, an optional old machine file
+/// and an optional `--machine-name`. Each file is parsed with [`ManifestFile::parse`]; when all
+/// parse, [`build_request`] runs. A request that comes out must survive a JSON round trip
+/// unchanged (it is what the policy receives).
+pub fn manifest_request(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut parts = text.split(PART_SEPARATOR);
+    let machine = parse("machine.yaml", parts.next().unwrap_or_default());
+    let cluster = parse("cluster.yaml", parts.next().unwrap_or_default());
+    let inventory = parts
+        .next()
+        .filter(|text| !text.is_empty())
+        .map(|text| parse("inventory.yaml", text).map(|file| file.inventory()));
+    let old = parts
+        .next()
+        .filter(|text| !text.is_empty())
+        .map(|text| parse("old.yaml", text));
+    let machine_name = parts.next();
+
+    let (Some(machine), Some(cluster)) = (machine, cluster) else {
+        return;
+    };
+    let inventory = match inventory {
+        None => None,
+        Some(Some(Ok(inventory))) => Some(inventory),
+        Some(Some(Err(err))) => {
+            displayed(&err);
+            return;
+        }
+        Some(None) => return,
+    };
+    let old = match old {
+        None => None,
+        Some(Some(old)) => Some(old),
+        Some(None) => return,
+    };
+    match build_request(&machine, machine_name, &cluster, old.as_ref(), inventory) {
+        Ok(request) => {
+            let json = serde_json::to_vec(&request).expect("a request encodes as JSON");
+            let back: Request = serde_json::from_slice(&json).unwrap_or_else(|err| {
+                panic!(
+                    "the encoded request does not decode: {err}\n{}",
+                    String::from_utf8_lossy(&json)
+                )
+            });
+            assert_eq!(back, request, "the request changes in a JSON round trip");
+        }
+        Err(err) => displayed(&err),
+    }
+}
+
+fn parse(path: &str, text: &str) -> Option<ManifestFile> {
+    match ManifestFile::parse(Path::new(path), text) {
+        Ok(file) => Some(file),
+        Err(err) => {
+            displayed(&err);
+            None
+        }
+    }
+}
+
+/// Every error must render (a message the user reads) without panicking and name the file.
+fn displayed(err: &nicpolicy::ManifestError) {
+    let message = err.to_string();
+    assert!(!message.is_empty(), "an empty error message: {err:?}");
+}
+
+/// Guest output to decision, as the host reads a policy's result: [`decode_decision`] on
+/// arbitrary bytes. It either returns a decision that follows the decision rules and survives
+/// a JSON round trip, or fails with `BadOutput` or `Policy` (an error envelope); no other error.
+pub fn guest_output(data: &[u8]) {
+    match decode_decision(data) {
+        Ok(decision) => {
+            check_decision(&decision).expect("a decoded decision follows the decision rules");
+            let json = serde_json::to_vec(&decision).expect("a decision encodes as JSON");
+            let back: Decision = decode_decision(&json).unwrap_or_else(|err| {
+                panic!(
+                    "the re-encoded decision is refused: {err}\n{}",
+                    String::from_utf8_lossy(&json)
+                )
+            });
+            assert_eq!(back, decision, "the decision changes in a JSON round trip");
+        }
+        Err(EvalError::BadOutput(message)) => {
+            assert!(!message.is_empty(), "BadOutput without a message")
+        }
+        Err(EvalError::Policy(_)) => {}
+        Err(other) => panic!("decode_decision failed with {} ({other})", other.kind()),
+    }
+}

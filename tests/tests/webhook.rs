@@ -1,0 +1,822 @@
+//! `nicpolicy serve` as kube-apiserver meets it: a real server on loopback with a generated CA,
+//! real HTTPS clients, the fixtures the API server would send.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use nicpolicy::webhook::config::ClusterSourceConfig;
+use nicpolicy::webhook::tls::SelfSigned;
+use nicpolicy::webhook::{App, Endpoint, KindKey, ServeConfig, Server, StaticClusters};
+use nicpolicy::{builtin, Host, HostConfig};
+use nicpolicy_tests::{allow_result, Module};
+use serde_json::{json, Value};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("webhook")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn host() -> Host {
+    Host::new(HostConfig {
+        cache_dir: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("webhook-cache")),
+        max_instances: 64,
+        ..HostConfig::default()
+    })
+    .expect("engine starts")
+}
+
+/// The shipped configuration (config/nicpolicy) as the ConfigMap lays it out, with the
+/// role-based module beside it; clusters from the example files instead of the API.
+fn shipped_config(dir: &Path) -> ServeConfig {
+    for file in ["nicpolicy.yaml", "inventory.yaml"] {
+        std::fs::copy(
+            workspace().join("config/nicpolicy").join(file),
+            dir.join(file),
+        )
+        .expect("copy config");
+    }
+    let module = builtin::get("role-based").expect("built in").wasm;
+    std::fs::write(dir.join("role-based.wasm"), module).expect("write module");
+    let mut config =
+        ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("shipped config is valid");
+    config.clusters = ClusterSourceConfig::Static {
+        files: vec![workspace().join("examples/cluster.yaml")],
+    };
+    config.tls = None;
+    config
+}
+
+/// A configuration serving `module` (written to `dir`) for VCDMachines with the given extra
+/// YAML (failure modes, evaluation slots).
+fn module_config(dir: &Path, module: &[u8], timeout: &str, extra: &str) -> ServeConfig {
+    std::fs::write(dir.join("policy.wasm"), module).expect("write module");
+    let text = format!(
+        "policies:\n  VCDMachine:\n    - {{path: policy.wasm, timeout: {timeout}, memory: 8Mi}}\n{extra}\nclusters: {{source: Static, files: [{}]}}\n",
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), text).expect("write config");
+    ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("config is valid")
+}
+
+struct TestServer {
+    server: Server,
+    client: reqwest::Client,
+    ca: String,
+}
+
+impl TestServer {
+    async fn start(config: ServeConfig) -> TestServer {
+        let files = match &config.clusters {
+            ClusterSourceConfig::Static { files } => files.clone(),
+            other => panic!("tests use static clusters, not {other:?}"),
+        };
+        let clusters = StaticClusters::read(&files).expect("cluster files");
+        let app = Arc::new(App::new(host(), config, Arc::new(clusters)).expect("policies load"));
+        app.watch_for_changes().expect("watcher starts");
+        let tls = SelfSigned::generate(&[]).expect("certificate");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server =
+            Server::start(app, listener, tls.rustls().await.expect("tls")).expect("serves");
+        TestServer {
+            client: client(&tls.ca_pem),
+            ca: tls.ca_pem,
+            server,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!(
+            "https://localhost:{}{path}",
+            self.server.local_addr().port()
+        )
+    }
+
+    async fn post_bytes(&self, path: &str, body: Vec<u8>) -> (u16, String) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request is answered");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    async fn review(&self, endpoint: Endpoint, kind: KindKey, review: &Value) -> Value {
+        let (status, text) = self
+            .post_bytes(&endpoint.path(kind), serde_json::to_vec(review).unwrap())
+            .await;
+        assert_eq!(status, 200, "{text}");
+        let body: Value = serde_json::from_str(&text).expect("JSON answer");
+        assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(body["kind"], "AdmissionReview");
+        assert_eq!(
+            body["response"]["uid"], review["request"]["uid"],
+            "the uid is echoed"
+        );
+        body["response"].clone()
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let response = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("answered");
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    }
+}
+
+fn client(ca_pem: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA"))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+}
+
+fn fixture(name: &str) -> Value {
+    let path = workspace().join(format!("tests/fixtures/admission/{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture JSON")
+}
+
+/// Decodes the response's patch and applies it to the request's object, as the API server does.
+fn apply_patch(review: &Value, response: &Value) -> Value {
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(
+            response["patch"]
+                .as_str()
+                .expect("patch is a base64 string"),
+        )
+        .expect("base64");
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("a JSON patch");
+    let mut object = review["request"]["object"].clone();
+    json_patch::patch(&mut object, &patch).expect("the patch applies to the object it came from");
+    object
+}
+
+fn plan_networks(object: &Value) -> Vec<String> {
+    let text = object["metadata"]["annotations"][nicpolicy::webhook::NIC_PLAN_ANNOTATION]
+        .as_str()
+        .expect("NIC plan annotation");
+    let plan: Value = serde_json::from_str(text).expect("plan is JSON");
+    plan["nics"]
+        .as_array()
+        .expect("nics")
+        .iter()
+        .map(|n| n["network"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn causes(response: &Value) -> Vec<(String, String)> {
+    response["status"]["details"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .map(|c| {
+            (
+                c["field"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+const M: KindKey = KindKey::VcdMachine;
+const T: KindKey = KindKey::VcdMachineTemplate;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_config_answers_the_api_server_fixtures() {
+    let dir = scratch("shipped");
+    let server = TestServer::start(shipped_config(&dir)).await;
+
+    // A worker that lists no extra networks gets the site's defaults written in, and the plan.
+    let review = fixture("vcdmachine-create-worker-defaults");
+    let response = server.review(Endpoint::Mutate, M, &review).await;
+    assert_eq!(response["allowed"], true);
+    let patched = apply_patch(&review, &response);
+    assert_eq!(
+        patched["spec"]["extraOvdcNetworks"],
+        json!(["storage-net", "workload-net"])
+    );
+    assert_eq!(
+        plan_networks(&patched),
+        ["mgmt-net", "storage-net", "workload-net"]
+    );
+    // The API server validates the mutated object: allowed, and patching it again is a no-op.
+    let mut again = review.clone();
+    again["request"]["object"] = patched;
+    let response = server.review(Endpoint::Validate, M, &again).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let response = server.review(Endpoint::Mutate, M, &again).await;
+    assert!(
+        response.get("patch").is_none(),
+        "nothing left to change: {response}"
+    );
+
+    // A worker with its own extras: only the plan annotation is added; storage-net is DHCP.
+    let review = fixture("vcdmachine-create-worker");
+    let response = server.review(Endpoint::Mutate, M, &review).await;
+    let patched = apply_patch(&review, &response);
+    assert_eq!(
+        patched["spec"], review["request"]["object"]["spec"],
+        "spec untouched"
+    );
+    let plan = patched["metadata"]["annotations"][nicpolicy::webhook::NIC_PLAN_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        plan.contains(r#""network":"storage-net","primary":false,"ipAllocationMode":"DHCP""#),
+        "{plan}"
+    );
+
+    // Every bad field at once, as kube-apiserver reports schema errors.
+    let review = fixture("vcdmachine-create-invalid");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 422);
+    assert_eq!(response["status"]["reason"], "Invalid");
+    assert_eq!(response["status"]["details"]["name"], "prod-eu1-md-0-h3v8r");
+    assert_eq!(
+        causes(&response),
+        [
+            (
+                "spec.extraOvdcNetworks[2]".to_string(),
+                "FieldValueDuplicate".to_string()
+            ),
+            (
+                "spec.extraOvdcNetworks[3]".to_string(),
+                "FieldValueDuplicate".to_string()
+            ),
+            (
+                "spec.extraOvdcNetworks[4]".to_string(),
+                "FieldValueNotFound".to_string()
+            ),
+            // The site's rule on top of CAPVCD's: workers may list only the allowed networks.
+            (
+                "spec.extraOvdcNetworks[4]".to_string(),
+                "FieldValueNotSupported".to_string()
+            ),
+        ]
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "VCDMachine.infrastructure.cluster.x-k8s.io \"prod-eu1-md-0-h3v8r\" is invalid: [spec.extraOvdcNetworks[2]: Duplicate value: "
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"did you mean "storage-net"?"#),
+        "{message}"
+    );
+    // The mutating endpoint leaves a denied machine to the validating one.
+    let response = server.review(Endpoint::Mutate, M, &review).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+
+    // Changing the NICs of a running VM is refused.
+    let review = fixture("vcdmachine-update-provisioned");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        causes(&response),
+        [(
+            "spec.extraOvdcNetworks".to_string(),
+            "FieldValueForbidden".to_string()
+        )]
+    );
+
+    // Templates: paths point into spec.template.spec.
+    let review = fixture("vcdmachinetemplate-create-control-plane-dmz");
+    let response = server.review(Endpoint::Validate, T, &review).await;
+    assert_eq!(response["allowed"], false);
+    let fields = causes(&response);
+    assert!(
+        fields.contains(&(
+            "spec.template.spec.extraOvdcNetworks[0]".to_string(),
+            "FieldValueForbidden".to_string()
+        )),
+        "{fields:?}"
+    );
+    let review = fixture("vcdmachinetemplate-create-worker");
+    let response = server.review(Endpoint::Validate, T, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let response = server.review(Endpoint::Mutate, T, &review).await;
+    let patched = apply_patch(&review, &response);
+    assert_eq!(
+        plan_networks(&patched),
+        ["mgmt-net", "storage-net", "workload-net", "backup-net"]
+    );
+
+    // A machine of a cluster nobody knows: denied, naming it.
+    let review = fixture("vcdmachine-create-unknown-cluster");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("prod-us1"), "{message}");
+
+    // Deletions carry no network choice.
+    let response = server
+        .review(Endpoint::Validate, M, &fixture("vcdmachine-delete"))
+        .await;
+    assert_eq!(response["allowed"], true);
+
+    // Probes and metrics.
+    assert_eq!(server.get("/healthz").await.0, 200);
+    let (status, text) = server.get("/readyz").await;
+    assert_eq!(status, 200, "{text}");
+    let (status, metrics) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(
+            r#"nicpolicy_reviews_total{kind="VCDMachine",endpoint="validate",result="denied"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"nicpolicy_reviews_total{kind="VCDMachine",endpoint="mutate",result="patched"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"nicpolicy_evaluation_duration_seconds_count{kind="VCDMachine",policy="nicpolicy-role-based"}"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"nicpolicy_requests_rejected_total{reason="unknown_cluster"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_answers_and_the_server_keeps_serving() {
+    let dir = scratch("bad-requests");
+    let mut config = shipped_config(&dir);
+    config.max_request_bytes = 64 << 10;
+    let server = TestServer::start(config).await;
+    let validate = Endpoint::Validate.path(M);
+
+    let (status, text) = server
+        .post_bytes(&validate, b"{\"apiVersion\": ".to_vec())
+        .await;
+    assert_eq!(status, 400);
+    assert!(text.contains("not JSON"), "{text}");
+
+    let (status, text) = server
+        .post_bytes(
+            &validate,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(text.contains("has no request"), "{text}");
+
+    let mut no_uid = fixture("vcdmachine-create-worker");
+    no_uid["request"].as_object_mut().unwrap().remove("uid");
+    let (status, text) = server
+        .post_bytes(&validate, serde_json::to_vec(&no_uid).unwrap())
+        .await;
+    assert_eq!(status, 400);
+    assert!(text.contains("request") && text.contains("uid"), "{text}");
+
+    let (status, text) = server
+        .post_bytes(
+            &validate,
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+                .to_vec(),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(text.contains("admission.k8s.io/v1"), "{text}");
+
+    // Missing object on CREATE: answered to the uid, with the field.
+    let mut no_object = fixture("vcdmachine-create-worker");
+    no_object["request"]["object"] = Value::Null;
+    let response = server.review(Endpoint::Validate, M, &no_object).await;
+    assert_eq!(response["allowed"], false);
+    assert!(response["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("request.object is missing"));
+
+    // A field of the wrong type, with its path.
+    let mut bad_field = fixture("vcdmachine-create-worker");
+    bad_field["request"]["object"]["spec"]["extraOvdcNetworks"] =
+        json!(["storage-net", {"name": "x"}]);
+    let response = server.review(Endpoint::Validate, M, &bad_field).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.extraOvdcNetworks[1]"), "{message}");
+
+    // A Pod sent to the VCDMachine endpoint, and a template sent to the machine endpoint.
+    let mut pod = fixture("vcdmachine-create-worker");
+    pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let response = server.review(Endpoint::Validate, M, &pod).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("not Pod (core)"), "{message}");
+    let template = fixture("vcdmachinetemplate-create-worker");
+    let response = server.review(Endpoint::Validate, M, &template).await;
+    assert!(response["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not VCDMachineTemplate"));
+
+    // Over the body cap.
+    let mut big = fixture("vcdmachine-create-worker");
+    big["request"]["object"]["metadata"]["annotations"] = json!({"padding": "x".repeat(100 << 10)});
+    let (status, text) = server
+        .post_bytes(&validate, serde_json::to_vec(&big).unwrap())
+        .await;
+    assert_eq!(status, 413);
+    assert!(text.contains("65536-byte limit"), "{text}");
+
+    // Unknown path and method.
+    let (status, text) = server.get("/validate-vcdmachine").await;
+    assert_eq!(status, 404);
+    assert!(text.contains(&validate), "{text}");
+
+    // Still serving, correctly.
+    let response = server
+        .review(Endpoint::Validate, M, &fixture("vcdmachine-create-worker"))
+        .await;
+    assert_eq!(response["allowed"], true);
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"nicpolicy_requests_rejected_total{reason="too_large"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"nicpolicy_requests_rejected_total{reason="wrong_kind"} 2"#),
+        "{metrics}"
+    );
+}
+
+fn looping() -> Vec<u8> {
+    Module::evaluating("(loop $spin (br $spin)) unreachable").wasm()
+}
+
+/// Allows after spinning through `iterations` of a counting loop (a policy that is slow but
+/// finishes).
+fn slow(iterations: u32) -> Vec<u8> {
+    Module::evaluating(&format!(
+        "(local $i i32)
+         (block $done (loop $again
+           local.get $i i32.const {iterations} i32.ge_u br_if $done
+           local.get $i i32.const 1 i32.add local.set $i
+           br $again))
+         i64.const {}",
+        allow_result()
+    ))
+    .wasm()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_times_out_follows_the_failure_mode() {
+    let review = fixture("vcdmachine-create-worker");
+    for (mode, allowed) in [("Deny", false), ("Allow", true)] {
+        let dir = scratch(&format!("timeout-{mode}"));
+        let config = module_config(
+            &dir,
+            &looping(),
+            "50ms",
+            &format!("onPolicyFailure: {mode}"),
+        );
+        let server = TestServer::start(config).await;
+        let started = Instant::now();
+        let response = server.review(Endpoint::Validate, M, &review).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "answered within the limit"
+        );
+        assert_eq!(response["allowed"], allowed, "{mode}: {response}");
+        let text = if allowed {
+            response["warnings"][0].as_str().unwrap().to_string()
+        } else {
+            assert_eq!(response["status"]["code"], 500);
+            response["status"]["message"].as_str().unwrap().to_string()
+        };
+        assert!(text.contains("exceeded its time limit of 50ms"), "{text}");
+        assert!(
+            text.contains("VCDMachine prod-eu1/prod-eu1-md-0-q9z4m"),
+            "{text}"
+        );
+        let (_, metrics) = server.get("/metrics").await;
+        assert!(metrics.contains(r#"error="timeout"} 1"#), "{metrics}");
+        // The server still answers probes while policies fail.
+        assert_eq!(server.get("/healthz").await.0, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_evaluation_slots_give_a_clear_answer_not_a_hang() {
+    let dir = scratch("busy");
+    let config = module_config(
+        &dir,
+        &looping(),
+        "1500ms",
+        "evaluation: {workers: 1, queueTimeout: 100ms}",
+    );
+    let server = Arc::new(TestServer::start(config).await);
+    let review = fixture("vcdmachine-create-worker");
+    let first = {
+        let (server, review) = (server.clone(), review.clone());
+        tokio::spawn(async move { server.review(Endpoint::Validate, M, &review).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let second = server.review(Endpoint::Validate, M, &review).await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+    assert_eq!(second["allowed"], false);
+    assert_eq!(second["status"]["code"], 503);
+    let message = second["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("evaluation slot (1) stayed busy for 100ms"),
+        "{message}"
+    );
+    let first = first.await.unwrap();
+    assert!(first["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("time limit"));
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"nicpolicy_requests_rejected_total{reason="busy"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_reviews_are_all_answered_correctly() {
+    let dir = scratch("concurrent");
+    let server = Arc::new(TestServer::start(shipped_config(&dir)).await);
+    let mut tasks = Vec::new();
+    for client in 0..32 {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15 {
+                let (name, allowed) = if (client + i) % 3 == 0 {
+                    ("vcdmachine-create-invalid", false)
+                } else {
+                    ("vcdmachine-create-worker", true)
+                };
+                let mut review = fixture(name);
+                review["request"]["uid"] = json!(format!("uid-{client}-{i}"));
+                let response = server.review(Endpoint::Validate, M, &review).await;
+                assert_eq!(response["allowed"], allowed, "{response}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client finished without error");
+    }
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(!metrics.contains(r#"result="error""#), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_reviews_in_flight_finish() {
+    let dir = scratch("shutdown");
+    let config = module_config(&dir, &slow(150_000_000), "5s", "");
+    let server = Arc::new(TestServer::start(config).await);
+    let review = fixture("vcdmachine-create-worker");
+    let url = server.url(&Endpoint::Validate.path(M));
+    let in_flight = {
+        let server = server.clone();
+        let review = review.clone();
+        tokio::spawn(async move { server.review(Endpoint::Validate, M, &review).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    server.server.shutdown(Duration::from_secs(10));
+    let response = in_flight.await.expect("the review in flight was answered");
+    assert_eq!(response["allowed"], true, "{response}");
+    // New connections are refused once it has stopped.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = client(&server.ca);
+    assert!(fresh.post(url).body("{}").send().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_certificates_are_picked_up() {
+    use nicpolicy::webhook::config::TlsFiles;
+    use nicpolicy::webhook::metrics::Metrics;
+    use nicpolicy::webhook::tls;
+
+    let dir = scratch("rotation");
+    let files = TlsFiles {
+        cert_file: dir.join("tls.crt"),
+        key_file: dir.join("tls.key"),
+        reload_interval: Duration::from_millis(100),
+    };
+    let write = |set: &SelfSigned| {
+        std::fs::write(&files.cert_file, &set.cert_pem).unwrap();
+        std::fs::write(&files.key_file, &set.key_pem).unwrap();
+    };
+    let first = SelfSigned::generate(&[]).unwrap();
+    write(&first);
+    let config_dir = scratch("rotation-config");
+    let config = shipped_config(&config_dir);
+    let clusters = StaticClusters::read(&[workspace().join("examples/cluster.yaml")]).unwrap();
+    let app = Arc::new(App::new(host(), config, Arc::new(clusters)).unwrap());
+    let rustls = tls::from_files(&files)
+        .await
+        .expect("certificate files load");
+    tls::watch(rustls.clone(), files.clone(), Arc::new(Metrics::new()));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(app, listener, rustls).unwrap();
+    let url = format!("https://localhost:{}/healthz", server.local_addr().port());
+    assert!(client(&first.ca_pem).get(&url).send().await.is_ok());
+
+    let second = SelfSigned::generate(&[]).unwrap();
+    write(&second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // A fresh client each time: no connection reuse across the switch.
+        if client(&second.ca_pem).get(&url).send().await.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        client(&first.ca_pem).get(&url).send().await.is_err(),
+        "the old certificate is no longer served"
+    );
+}
+
+#[test]
+fn bad_configurations_are_refused_at_start_with_the_field() {
+    let dir = scratch("bad-config");
+    let good = builtin::get("capvcd").unwrap().wasm;
+    let clusters = || Arc::new(StaticClusters::default());
+
+    // Settings the policy refuses.
+    let config = module_config(&dir, good, "250ms", "");
+    let mut config_with_settings = config.clone();
+    config_with_settings.policies.get_mut(&M).unwrap()[0].settings = json!({"maxNics": 42});
+    let err = App::new(host(), config_with_settings, clusters())
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("policies.VCDMachine[0]") && text.contains("maxNics"),
+        "{text}"
+    );
+
+    // A pin that does not match: both digests in the message.
+    let mut pinned = config.clone();
+    pinned.policies.get_mut(&M).unwrap()[0].sha256 = Some("0".repeat(64));
+    let text = App::new(host(), pinned, clusters())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        text.contains(&"0".repeat(64)) && text.contains(&nicpolicy::inspect::sha256_hex(good)),
+        "{text}"
+    );
+
+    // A file that is not Wasm.
+    let not_wasm = module_config(&dir, b"apiVersion: v1\nkind: ConfigMap\n", "250ms", "");
+    let text = App::new(host(), not_wasm, clusters())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        text.contains("policy.wasm") && text.contains("not a WebAssembly module"),
+        "{text}"
+    );
+
+    // An inventory that does not parse (with the good module back in place).
+    std::fs::write(dir.join("policy.wasm"), good).unwrap();
+    std::fs::write(
+        dir.join("inventory.yaml"),
+        "networks:\n  - name: storage-net\n    gateway: 10.20.0.300\n",
+    )
+    .unwrap();
+    let mut bad_inventory = config;
+    bad_inventory.inventory = Some(dir.join("inventory.yaml"));
+    let text = App::new(host(), bad_inventory, clusters())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(text.contains("networks[0].gateway"), "{text}");
+}
+
+/// A module that allows with one warning naming `version`.
+fn marked(version: &str) -> Vec<u8> {
+    Module::returning(&format!(r#"{{"allowed":true,"warnings":["{version}"]}}"#)).wasm()
+}
+
+/// Replaces `path` the way a ConfigMap update does: the new file appears whole.
+fn replace(path: &Path, bytes: &[u8]) {
+    let staging = path.with_extension("staging");
+    std::fs::write(&staging, bytes).unwrap();
+    std::fs::rename(&staging, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_swap_under_load_without_a_failed_review() {
+    let dir = scratch("reload");
+    let module = dir.join("policy.wasm");
+    std::fs::write(&module, marked("version-a")).unwrap();
+    // The same module twice in the chain: a review that mixed two versions would show it.
+    let text = format!(
+        "policies:\n  VCDMachine:\n    - {{path: policy.wasm}}\n    - {{path: policy.wasm}}\nreload: {{interval: 50ms}}\nclusters: {{source: Static, files: [{}]}}\n",
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), text).unwrap();
+    let config = ServeConfig::read(&dir.join("nicpolicy.yaml")).unwrap();
+    let server = Arc::new(TestServer::start(config).await);
+    let review = fixture("vcdmachine-create-worker");
+
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (server, review, running) = (server.clone(), review.clone(), running.clone());
+        clients.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                let response = server.review(Endpoint::Validate, M, &review).await;
+                assert_eq!(response["allowed"], true, "{response}");
+                let warnings: Vec<String> = response["warnings"]
+                    .as_array()
+                    .expect("warnings")
+                    .iter()
+                    // `[policy name] version-x` in a chain of two.
+                    .map(|w| w.as_str().unwrap().rsplit(' ').next().unwrap().to_string())
+                    .collect();
+                assert_eq!(warnings.len(), 2, "{response}");
+                assert_eq!(
+                    warnings[0], warnings[1],
+                    "one version per review: {response}"
+                );
+                // A client's reviews follow each other: the version it sees never goes back.
+                if let Some(last) = seen.last() {
+                    assert!(warnings[0] >= *last, "{} after {last}", warnings[0]);
+                }
+                seen.push(warnings[0].clone());
+            }
+            seen
+        }));
+    }
+    let pause = Duration::from_millis(400);
+    tokio::time::sleep(pause).await;
+    replace(&module, &marked("version-b"));
+    tokio::time::sleep(pause).await;
+    // A broken rollout: refused, version-b keeps serving.
+    replace(&module, b"\0asm\x01\0\0\0 truncated");
+    tokio::time::sleep(pause).await;
+    replace(&module, &marked("version-c"));
+    tokio::time::sleep(pause).await;
+    running.store(false, std::sync::atomic::Ordering::Relaxed);
+
+    let mut all = Vec::new();
+    for client in clients {
+        let seen = client.await.expect("no client saw a failed review");
+        assert_eq!(seen.last().map(String::as_str), Some("version-c"));
+        all.extend(seen);
+    }
+    assert!(all.len() > 100, "only {} reviews", all.len());
+    for version in ["version-a", "version-b", "version-c"] {
+        assert!(all.iter().any(|v| v == version), "{version} never served");
+    }
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"nicpolicy_policy_reloads_total{result="success"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"nicpolicy_policy_reloads_total{result="failure"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("nicpolicy_policy_load_failures_total 1"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(r#"result="error""#), "{metrics}");
+}
