@@ -109,3 +109,41 @@ pub fn guest_output(data: &[u8]) {
         Err(other) => panic!("decode_decision failed with {} ({other})", other.kind()),
     }
 }
+
+/// The webhook's reviewer on arbitrary request bodies, for both endpoints of both kinds: the
+/// built-in CAPVCD policy, the example cluster. Every body gets an answer whose body is a JSON
+/// AdmissionReview: HTTP 200 with a response, or 400 for a body that is no readable review.
+pub fn admission_review(data: &[u8]) {
+    use nicpolicy::webhook::{App, Endpoint, KindKey, ServeConfig, StaticClusters};
+    use std::sync::{Arc, OnceLock};
+
+    static APP: OnceLock<App> = OnceLock::new();
+    let app = APP.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let clusters = StaticClusters::read(&[root.join("examples/cluster.yaml")])
+            .expect("the example cluster reads");
+        let mut config = ServeConfig::builtin_default();
+        config.reload_interval = None;
+        config.inventory = Some(root.join("examples/inventory.yaml"));
+        let host = nicpolicy::Host::new(nicpolicy::HostConfig {
+            cache_dir: None,
+            max_instances: 8,
+            ..nicpolicy::HostConfig::default()
+        })
+        .expect("engine starts");
+        App::new(host, config, Arc::new(clusters)).expect("the built-in policy loads")
+    });
+    for kind in KindKey::ALL {
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            let answer = app.reviewer().review(endpoint, kind, data);
+            let body: serde_json::Value =
+                serde_json::from_slice(&answer.body).expect("every answer is JSON");
+            assert_eq!(body["kind"], "AdmissionReview", "{body}");
+            match answer.http_status {
+                200 => assert!(body["response"]["uid"].is_string(), "{body}"),
+                400 => assert!(!answer.allowed),
+                other => panic!("unexpected HTTP status {other}: {body}"),
+            }
+        }
+    }
+}

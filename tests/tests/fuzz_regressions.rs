@@ -34,3 +34,15 @@ fn manifest_request_inputs_map_without_panic() {
         fuzzing::manifest_request(&std::fs::read(&path).expect("input"));
     }
 }
+
+#[test]
+fn admission_review_inputs_are_answered() {
+    let files = inputs("admission_review");
+    assert!(files.len() >= 8, "seeds present: {files:?}");
+    for path in files {
+        let bytes = std::fs::read(&path).expect("input");
+        fuzzing::admission_review(&bytes);
+        // Cut short: malformed JSON must be answered too.
+        fuzzing::admission_review(&bytes[..bytes.len() / 2]);
+    }
+}

@@ -1,0 +1,509 @@
+//! Load generator for `nicpolicy serve`: starts the release binary on loopback with a
+//! self-signed certificate, then posts the AdmissionReviews kube-apiserver sends (tests/fixtures/
+//! admission) over HTTPS keep-alive connections at a fixed concurrency for a fixed time.
+//!
+//! Three servers, one after the other, in one run:
+//! - `wasm`: the built-in CAPVCD policy for both kinds, evaluated in Wasm (fresh instance each);
+//! - `native`: the same server deciding with the CAPVCD rules compiled into the binary
+//!   (`--bench-native-capvcd`), so the difference is what Wasm costs;
+//! - `wasm-3-policies`: role-based + static-ip for machines, zone-aware for templates, with the
+//!   shipped site settings: resident memory with three policies loaded.
+//!
+//! ```console
+//! cargo bench -p nicpolicy --bench webhook_load
+//! cargo bench -p nicpolicy --bench webhook_load -- --seconds 20 --concurrency 64
+//! ```
+//!
+//! Prints requests/s, latency percentiles, errors and resident memory (idle, and the peak under
+//! load) per server, then the Wasm / native ratios.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+/// The reviews posted, in turn: `(endpoint path, fixture)`.
+const MIX: [(&str, &str); 4] = [
+    (
+        "/mutate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachine",
+        "vcdmachine-create-worker",
+    ),
+    (
+        "/validate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachine",
+        "vcdmachine-create-worker",
+    ),
+    (
+        "/validate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachine",
+        "vcdmachine-create-invalid",
+    ),
+    (
+        "/validate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachinetemplate",
+        "vcdmachinetemplate-create-worker",
+    ),
+];
+
+struct Options {
+    seconds: u64,
+    concurrency: usize,
+    workers: usize,
+}
+
+impl Options {
+    fn parse() -> Result<Options> {
+        let mut options = Options {
+            seconds: 10,
+            concurrency: 32,
+            workers: 2,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| -> Result<u64> {
+                let text = args
+                    .next()
+                    .with_context(|| format!("{name} needs a value"))?;
+                text.parse()
+                    .with_context(|| format!("{name} {text:?}: not a whole number"))
+            };
+            match arg.as_str() {
+                "--seconds" => options.seconds = value("--seconds")?,
+                "--concurrency" => options.concurrency = value("--concurrency")? as usize,
+                "--workers" => options.workers = value("--workers")? as usize,
+                // cargo bench passes --bench; criterion-style filters are not used here.
+                "--bench" => {}
+                other => {
+                    bail!("unknown argument {other:?} (--seconds N, --concurrency N, --workers N)")
+                }
+            }
+        }
+        ensure!(options.seconds > 0, "--seconds must be at least 1");
+        ensure!(options.concurrency > 0, "--concurrency must be at least 1");
+        ensure!(options.workers > 0, "--workers must be at least 1");
+        Ok(options)
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A served configuration: the example cluster and inventory, `workers` evaluation slots.
+fn write_config(dir: &Path, name: &str, policies: &str, workers: usize) -> Result<PathBuf> {
+    let examples = workspace().join("examples").canonicalize()?;
+    let text = format!(
+        "apiVersion: nicpolicy.io/v1alpha1\n\
+         kind: ServeConfig\n\
+         inventory: {inventory}\n\
+         onPolicyFailure: Deny\n\
+         onUnknownCluster: Deny\n\
+         clusters: {{source: Static, files: [{cluster}]}}\n\
+         evaluation: {{workers: {workers}, queueTimeout: 2s}}\n\
+         reload: {{enabled: false}}\n\
+         policies:\n{policies}",
+        inventory = examples.join("inventory.yaml").display(),
+        cluster = examples.join("cluster.yaml").display(),
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).with_context(|| format!("{}", path.display()))?;
+    Ok(path)
+}
+
+const CAPVCD: &str = "  VCDMachine: [{builtin: capvcd, timeout: 250ms}]\n  \
+                      VCDMachineTemplate: [{builtin: capvcd, timeout: 250ms}]\n";
+
+/// The shipped site settings (config/nicpolicy/nicpolicy.yaml) for role-based, static-ip
+/// after it, zone-aware for templates.
+const THREE_POLICIES: &str = "  VCDMachine:
+    - builtin: role-based
+      timeout: 250ms
+      settings: &site
+        capvcd:
+          maxNics: 6
+          networks:
+            storage-net: {ipAllocationMode: DHCP}
+        controlPlane:
+          required: [mgmt-net]
+          forbidden: [ext-dmz-net]
+          allowed: [storage-net, backup-net]
+        worker:
+          allowed: [storage-net, workload-net, backup-net, ext-dmz-net]
+          defaults: [storage-net, workload-net]
+    - builtin: static-ip
+      timeout: 250ms
+      settings: {manualNetworks: [storage-net]}
+  VCDMachineTemplate:
+    - builtin: zone-aware
+      timeout: 250ms
+      settings:
+        default: {storage: storage-net, workload: workload-net, backup: backup-net}
+";
+
+/// A running `nicpolicy serve`; killed when dropped.
+struct Served {
+    child: Child,
+    address: SocketAddr,
+    ca_pem: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    fn start(dir: &Path, config: &Path, native: bool) -> Result<Served> {
+        // A free port: bound, read, released; the server binds it a moment later.
+        let address = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let ca = dir.join(format!("ca-{}.crt", address.port()));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_nicpolicy"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .arg("--listen")
+            .arg(address.to_string())
+            .arg("--tls-self-signed")
+            .arg("--ca-bundle")
+            .arg(&ca)
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if native {
+            command.arg("--bench-native-capvcd");
+        }
+        let mut child = command.spawn().context("cannot start nicpolicy serve")?;
+        // Forward the server's log lines, so a failure to start says why.
+        if let Some(stderr) = child.stderr.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if !line.contains("benchmark mode") {
+                        eprintln!("  server: {line}");
+                    }
+                }
+            });
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!("nicpolicy serve exited at start ({status})");
+            }
+            if std::net::TcpStream::connect(address).is_ok() && ca.exists() {
+                break;
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "nicpolicy serve did not listen on {address} within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ca_pem = std::fs::read_to_string(&ca)?;
+        Ok(Served {
+            child,
+            address,
+            ca_pem,
+        })
+    }
+
+    fn rss_bytes(&self) -> Option<u64> {
+        rss_bytes(self.child.id())
+    }
+}
+
+/// VmRSS of a process, from /proc (Linux).
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// One review to post: the endpoint URL, the body, and what the answer must be.
+struct Review {
+    url: String,
+    body: Vec<u8>,
+    uid: String,
+}
+
+/// What a server answered for each review of the mix, to compare servers by.
+fn outcome(response: &Value) -> (bool, bool, usize) {
+    let r = &response["response"];
+    (
+        r["allowed"].as_bool().unwrap_or(false),
+        r["patch"].is_string(),
+        r["status"]["details"]["causes"]
+            .as_array()
+            .map_or(0, Vec::len),
+    )
+}
+
+#[derive(Default)]
+struct Run {
+    latencies: Vec<Duration>,
+    errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * (self.latencies.len() - 1) as f64).round() as usize;
+        self.latencies[rank.min(self.latencies.len() - 1)]
+    }
+
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+fn client(served: &Served, concurrency: usize) -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(served.ca_pem.as_bytes())?)
+        .http1_only()
+        .pool_max_idle_per_host(concurrency)
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}
+
+fn reviews(served: &Served) -> Result<Vec<Review>> {
+    MIX.iter()
+        .map(|(path, fixture)| {
+            let file = workspace().join(format!("tests/fixtures/admission/{fixture}.json"));
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
+            let value: Value = serde_json::from_str(&text)?;
+            let uid = value["request"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            Ok(Review {
+                url: format!("https://localhost:{}{path}", served.address.port()),
+                body: serde_json::to_vec(&value)?,
+                uid,
+            })
+        })
+        .collect()
+}
+
+async fn post(client: &reqwest::Client, review: &Review) -> Result<Value> {
+    let response = client
+        .post(&review.url)
+        .header("content-type", "application/json")
+        .body(review.body.clone())
+        .send()
+        .await?;
+    let status = response.status();
+    let bytes = response.bytes().await?;
+    ensure!(
+        status.is_success(),
+        "HTTP {status}: {}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let value: Value = serde_json::from_slice(&bytes)?;
+    ensure!(
+        value["response"]["uid"] == review.uid.as_str(),
+        "answer for another uid: {}",
+        value["response"]["uid"]
+    );
+    Ok(value)
+}
+
+/// One answer per review of the mix, checked before any load.
+async fn warm_up(client: &reqwest::Client, reviews: &[Review]) -> Result<Vec<(bool, bool, usize)>> {
+    let mut outcomes = Vec::new();
+    for review in reviews {
+        outcomes.push(outcome(&post(client, review).await?));
+    }
+    // Open every keep-alive connection before the clock starts.
+    for _ in 0..50 {
+        post(client, &reviews[0]).await?;
+    }
+    Ok(outcomes)
+}
+
+async fn load(client: reqwest::Client, reviews: Arc<Vec<Review>>, options: &Options) -> Run {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..options.concurrency)
+        .map(|task| {
+            let client = client.clone();
+            let reviews = reviews.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut run = Run::default();
+                let mut next = task;
+                while !stop.load(Ordering::Relaxed) {
+                    let review = &reviews[next % reviews.len()];
+                    next += 1;
+                    let sent = Instant::now();
+                    match post(&client, review).await {
+                        Ok(_) => run.latencies.push(sent.elapsed()),
+                        Err(err) => {
+                            run.errors += 1;
+                            run.first_error.get_or_insert_with(|| format!("{err:#}"));
+                        }
+                    }
+                }
+                run
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(options.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut total = Run::default();
+    for task in tasks {
+        if let Ok(run) = task.await {
+            total.latencies.extend(run.latencies);
+            total.errors += run.errors;
+            if total.first_error.is_none() {
+                total.first_error = run.first_error;
+            }
+        }
+    }
+    total.elapsed = started.elapsed();
+    total.latencies.sort_unstable();
+    total
+}
+
+struct Measured {
+    name: &'static str,
+    run: Run,
+    rss_idle: u64,
+    rss_peak: u64,
+    outcomes: Vec<(bool, bool, usize)>,
+}
+
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    name: &'static str,
+    served: &Served,
+    options: &Options,
+) -> Result<Measured> {
+    let reviews = Arc::new(reviews(served)?);
+    let client = client(served, options.concurrency)?;
+    let outcomes = runtime.block_on(warm_up(&client, &reviews))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_idle = served.rss_bytes().unwrap_or(0);
+    // Resident memory sampled through the run; the peak is reported.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        let pid = served.child.id();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while sampling.load(Ordering::Relaxed) {
+                peak = peak.max(rss_bytes(pid).unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        })
+    };
+    eprintln!(
+        "{name}: {} connections for {} s ...",
+        options.concurrency, options.seconds
+    );
+    let run = runtime.block_on(load(client, reviews, options));
+    sampling.store(false, Ordering::Relaxed);
+    let rss_peak = sampler.join().unwrap_or(0);
+    Ok(Measured {
+        name,
+        run,
+        rss_idle,
+        rss_peak,
+        outcomes,
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn main() -> Result<()> {
+    let options = Options::parse()?;
+    let dir = workspace().join("target/bench-webhook");
+    std::fs::create_dir_all(&dir)?;
+    let capvcd = write_config(&dir, "capvcd", CAPVCD, options.workers)?;
+    let three = write_config(&dir, "three-policies", THREE_POLICIES, options.workers)?;
+    // The client's own threads: two, like the server's cores; both share this machine.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+
+    let mut results = Vec::new();
+    for (name, config, native) in [
+        ("wasm", &capvcd, false),
+        ("native", &capvcd, true),
+        ("wasm-3-policies", &three, false),
+    ] {
+        let served = Served::start(&dir, config, native)?;
+        let measured = measure(&runtime, name, &served, &options)?;
+        drop(served);
+        results.push(measured);
+    }
+
+    // The Wasm and native servers must decide alike, or the comparison means nothing.
+    ensure!(
+        results[0].outcomes == results[1].outcomes,
+        "wasm and native answered differently: {:?} vs {:?}",
+        results[0].outcomes,
+        results[1].outcomes
+    );
+
+    println!(
+        "\n{} connections, {} s each, {} evaluation slots, mix of {} reviews \
+         (mutate + validate worker CREATE, invalid CREATE, template CREATE)\n",
+        options.concurrency,
+        options.seconds,
+        options.workers,
+        MIX.len()
+    );
+    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | RSS idle MB | RSS peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for m in &results {
+        println!(
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            m.name,
+            m.run.per_second(),
+            ms(m.run.percentile(50.0)),
+            ms(m.run.percentile(90.0)),
+            ms(m.run.percentile(99.0)),
+            ms(m.run.percentile(100.0)),
+            m.run.errors,
+            mb(m.rss_idle),
+            mb(m.rss_peak),
+        );
+    }
+    let (wasm, native) = (&results[0].run, &results[1].run);
+    println!(
+        "\nWasm / native: throughput {:.2} (Wasm overhead {:.1}% of throughput), p50 {:.2}x, p99 {:.2}x",
+        wasm.per_second() / native.per_second(),
+        (1.0 - wasm.per_second() / native.per_second()) * 100.0,
+        wasm.percentile(50.0).as_secs_f64() / native.percentile(50.0).as_secs_f64(),
+        wasm.percentile(99.0).as_secs_f64() / native.percentile(99.0).as_secs_f64(),
+    );
+    for m in &results {
+        if let Some(err) = &m.run.first_error {
+            eprintln!("{}: first error: {err}", m.name);
+        }
+    }
+    ensure!(
+        results.iter().all(|m| m.run.errors == 0),
+        "some reviews failed (see above)"
+    );
+    Ok(())
+}
