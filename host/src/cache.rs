@@ -5,6 +5,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use wasmtime::{Engine, Module};
 
@@ -64,12 +66,14 @@ impl ModuleCache {
             .join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
     }
 
-    /// Loads the precompiled module for `bytes`, or compiles and stores it.
+    /// Loads the precompiled module for `bytes`, or compiles it (giving up after
+    /// `compile_timeout`, see [`compile_within`]) and stores it.
     pub fn load_or_compile(
         &self,
         engine: &Engine,
         bytes: &[u8],
         sha256: &str,
+        compile_timeout: Duration,
     ) -> Result<(Module, CacheStatus), LoadError> {
         let path = self.path_for(engine, sha256);
         let mut replaced = None;
@@ -81,7 +85,7 @@ impl ModuleCache {
                 Err(err) => replaced = Some(format!("{}: {err}", path.display())),
             }
         }
-        let module = compile(engine, bytes)?;
+        let module = compile_within(engine, bytes, compile_timeout)?;
         let status = match (self.store(&module, &path), replaced) {
             (Ok(()), Some(why)) => CacheStatus::Replaced(why),
             (Ok(()), None) => CacheStatus::Stored,
@@ -122,4 +126,30 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// Compiles `bytes` without the cache.
 pub fn compile(engine: &Engine, bytes: &[u8]) -> Result<Module, LoadError> {
     Module::from_binary(engine, bytes).map_err(|err| LoadError::Compile(format!("{err:#}")))
+}
+
+/// Compiles `bytes` on a thread of its own and waits at most `limit` for it.
+///
+/// Cranelift cannot be interrupted, and a module under the size cap can still take tens of
+/// seconds to compile (tens of thousands of small functions). Past the limit the load fails with
+/// [`LoadError::CompileTimeout`] and the compile is abandoned: it finishes in the background
+/// (bounded by [`MAX_MODULE_BYTES`](crate::limits::MAX_MODULE_BYTES)) and its result is dropped,
+/// never cached.
+pub fn compile_within(engine: &Engine, bytes: &[u8], limit: Duration) -> Result<Module, LoadError> {
+    let (sender, receiver) = mpsc::sync_channel(1);
+    let (engine, bytes) = (engine.clone(), bytes.to_vec());
+    std::thread::Builder::new()
+        .name("nicpolicy-compile".into())
+        .spawn(move || {
+            // The receiver is gone when the caller gave up: nothing to do with the result.
+            let _ = sender.send(compile(&engine, &bytes));
+        })
+        .map_err(|err| LoadError::Compile(format!("cannot start the compiler thread: {err}")))?;
+    match receiver.recv_timeout(limit) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(LoadError::CompileTimeout { limit }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(LoadError::Compile(
+            "the compiler thread stopped without a result".into(),
+        )),
+    }
 }

@@ -23,6 +23,14 @@ pub struct HostConfig {
     pub cache_dir: Option<PathBuf>,
     /// Use the pooling allocator (fast instantiation); off allocates on demand.
     pub pooling: bool,
+    /// Longest a module may take to compile (a cache hit does not compile); slower modules
+    /// are refused with [`LoadError::CompileTimeout`].
+    pub compile_timeout: Duration,
+}
+
+impl HostConfig {
+    /// Default [`HostConfig::compile_timeout`]: the CAPVCD policy compiles in about 0.5 s.
+    pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(10);
 }
 
 impl Default for HostConfig {
@@ -33,6 +41,7 @@ impl Default for HostConfig {
             epoch_tick: Duration::from_millis(5),
             cache_dir: ModuleCache::default_dir(),
             pooling: true,
+            compile_timeout: Self::DEFAULT_COMPILE_TIMEOUT,
         }
     }
 }
@@ -63,6 +72,10 @@ impl Host {
         wasm.epoch_interruption(true)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
             .memory_init_cow(true)
+            // Each compile on its own thread, not on a shared rayon pool: a compile abandoned
+            // at the compile limit would otherwise keep the pool busy and starve every later
+            // compile until it ends. Costs a cache miss one core instead of all of them.
+            .parallel_compilation(false)
             // Deep recursion in a policy becomes a stack-overflow trap well before this.
             .max_wasm_stack(1 << 20);
         if config.pooling {
@@ -107,8 +120,13 @@ impl Host {
         sha256: &str,
     ) -> Result<(wasmtime::Module, CacheStatus), LoadError> {
         match &self.cache {
-            Some(cache) => cache.load_or_compile(&self.engine, bytes, sha256),
-            None => Ok((cache::compile(&self.engine, bytes)?, CacheStatus::Disabled)),
+            Some(cache) => {
+                cache.load_or_compile(&self.engine, bytes, sha256, self.config.compile_timeout)
+            }
+            None => Ok((
+                cache::compile_within(&self.engine, bytes, self.config.compile_timeout)?,
+                CacheStatus::Disabled,
+            )),
         }
     }
 

@@ -80,6 +80,13 @@ pub enum LoadError {
     /// Compilation failed.
     #[error("cannot compile the module: {0}")]
     Compile(String),
+    /// Compiling took longer than [`HostConfig::compile_timeout`](crate::HostConfig); the
+    /// compile was abandoned.
+    #[error("the module did not compile within {}s; a module this slow to compile is refused", limit.as_secs_f64())]
+    CompileTimeout {
+        /// The limit.
+        limit: std::time::Duration,
+    },
     /// The requested limits do not fit the host.
     #[error("invalid limits: {0}")]
     Limits(String),

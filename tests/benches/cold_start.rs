@@ -51,7 +51,12 @@ fn main() {
     group.bench_function("deserialize", |b| {
         b.iter(|| {
             let (module, status) = cache
-                .load_or_compile(cached.engine(), wasm, &sha256)
+                .load_or_compile(
+                    cached.engine(),
+                    wasm,
+                    &sha256,
+                    HostConfig::DEFAULT_COMPILE_TIMEOUT,
+                )
                 .expect("loads");
             assert_eq!(status, CacheStatus::Hit);
             module

@@ -33,7 +33,7 @@ fn cases() -> Vec<(String, Request)> {
 
 const INVENTORY_SIZES: [usize; 3] = [10, 100, 1000];
 
-fn benches(c: &mut criterion::Criterion, policy: &nicpolicy::Policy) {
+fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpolicy::Policy) {
     let mut group = c.benchmark_group("evaluate");
     for (name, request) in cases() {
         // Same decision both ways, or the comparison means nothing.
@@ -57,6 +57,18 @@ fn benches(c: &mut criterion::Criterion, policy: &nicpolicy::Policy) {
             |b, r| b.iter(|| common::native_round_trip(black_box(r))),
         );
     }
+    // The host's own floor: a module that allows without reading its input (instance,
+    // input copy, output decode), on the 3-NIC request.
+    let noop = host
+        .load(
+            &nicpolicy_tests::Module::allowing().wasm(),
+            nicpolicy::PolicyOptions::default(),
+        )
+        .expect("the allow-all module loads");
+    let request = common::machine(3);
+    group.bench_with_input(BenchmarkId::new("wasm-noop", "3nic"), &request, |b, r| {
+        b.iter(|| noop.evaluate(black_box(r)).expect("evaluates"))
+    });
     group.finish();
 
     let mut group = c.benchmark_group("nics");
@@ -172,7 +184,7 @@ fn main() {
     let host = common::host("evaluate");
     let policy = common::capvcd_policy(&host);
     let mut c = common::criterion().configure_from_args();
-    benches(&mut c, &policy);
+    benches(&mut c, &host, &policy);
     c.final_summary();
     summary(since);
 }

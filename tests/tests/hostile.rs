@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nicpolicy::{builtin, EvalError, Host, LoadError, PolicyOptions};
+use nicpolicy::{builtin, EvalError, Host, HostConfig, LoadError, PolicyOptions};
 use nicpolicy_plugin::abi::pack;
 use nicpolicy_plugin::{testing, Request};
 use nicpolicy_tests::{host, tight_options, Module};
@@ -216,6 +216,55 @@ fn large_legal_data_segment_is_served() {
         "50 calls took {evaluated:?}"
     );
     assert_host_healthy(&host);
+}
+
+/// 20,000 small functions: under the size cap, yet many seconds of Cranelift work.
+fn slow_to_compile() -> Module {
+    let body = " local.get 0 i64.const 3 i64.mul local.set 0".repeat(30);
+    let mut module = Module::allowing();
+    module.extra = (0..20_000)
+        .map(|i| format!("(func $f{i} (param i64) (result i64){body} local.get 0)\n"))
+        .collect();
+    module
+}
+
+#[test]
+fn module_slow_to_compile_is_refused_at_the_compile_limit() {
+    let limit = Duration::from_secs(2);
+    let host = Host::new(HostConfig {
+        cache_dir: None,
+        compile_timeout: limit,
+        ..HostConfig::default()
+    })
+    .expect("engine starts");
+    // Loaded before: the abandoned compile below still runs for seconds on a core, and a
+    // second compile would compete with it for a core.
+    let capvcd = host
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
+    let wasm = slow_to_compile().wasm();
+    assert!(wasm.len() < nicpolicy::limits::MAX_MODULE_BYTES);
+    let started = Instant::now();
+    let err = match host.load(&wasm, tight_options()) {
+        Ok(_) => panic!("expected the compile limit to refuse the module"),
+        Err(err) => err,
+    };
+    let waited = started.elapsed();
+    assert!(
+        matches!(err, LoadError::CompileTimeout { limit: l } if l == limit),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("did not compile within 2s"),
+        "{err}"
+    );
+    // The caller got its answer at the limit, not when the abandoned compile ended.
+    assert!(waited < Duration::from_secs(6), "refused after {waited:?}");
+    let decision = capvcd.evaluate(&request()).expect("evaluates").decision;
+    let networks: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
+    assert_eq!(networks, ["mgmt-net", "storage-net", "workload-net"]);
+    host.load(&Module::allowing().wasm(), tight_options())
+        .expect("a small module still compiles on the same host");
 }
 
 #[test]
