@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nicpolicy::{builtin, EvalError, Host, HostConfig, LoadError, PolicyOptions};
+use nicpolicy::{builtin, EvalError, Host, HostConfig, LoadError, Policy, PolicyOptions};
 use nicpolicy_plugin::abi::pack;
 use nicpolicy_plugin::{testing, Request};
 use nicpolicy_tests::{host, tight_options, Module};
@@ -22,6 +22,11 @@ fn assert_host_healthy(host: &Host) {
     let policy = host
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
+    assert_right_plan(&policy);
+}
+
+/// A loaded CAPVCD policy plans [`request`] correctly.
+fn assert_right_plan(policy: &Policy) {
     let decision = policy.evaluate(&request()).expect("evaluates").decision;
     let networks: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
     assert_eq!(networks, ["mgmt-net", "storage-net", "workload-net"]);
@@ -260,9 +265,7 @@ fn module_slow_to_compile_is_refused_at_the_compile_limit() {
     );
     // The caller got its answer at the limit, not when the abandoned compile ended.
     assert!(waited < Duration::from_secs(6), "refused after {waited:?}");
-    let decision = capvcd.evaluate(&request()).expect("evaluates").decision;
-    let networks: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
-    assert_eq!(networks, ["mgmt-net", "storage-net", "workload-net"]);
+    assert_right_plan(&capvcd);
     host.load(&Module::allowing().wasm(), tight_options())
         .expect("a small module still compiles on the same host");
 }
