@@ -2,6 +2,10 @@
 //! has its policies built in (the CAPVCD one is the default) and they still run through Wasm.
 //! Set `NICPOLICY_POLICY_DIR` to a directory of prebuilt `<crate_name>.wasm` files to skip the
 //! build.
+//!
+//! Each module then goes through Binaryen's `wasm-opt -Os` when it is installed (`$WASM_OPT`,
+//! else `wasm-opt` on `PATH`; `WASM_OPT=none` skips it): the `policy` profile optimises for
+//! speed, wasm-opt takes the size back down (CAPVCD: 217 KB to 194 KB, see docs/benchmarks.md).
 
 use std::env;
 use std::fmt::Write as _;
@@ -24,6 +28,7 @@ fn main() {
         .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
     println!("cargo:rerun-if-env-changed=NICPOLICY_POLICY_DIR");
+    println!("cargo:rerun-if-env-changed=WASM_OPT");
     for watched in ["plugin/src", "plugin/Cargo.toml", "policies", "Cargo.lock"] {
         println!(
             "cargo:rerun-if-changed={}",
@@ -32,10 +37,12 @@ fn main() {
     }
 
     let crates = policy_crates(&workspace.join("policies"));
-    let built_dir = match env::var_os("NICPOLICY_POLICY_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => build(&workspace, &crates),
+    let (built_dir, prebuilt) = match env::var_os("NICPOLICY_POLICY_DIR") {
+        Some(dir) => (PathBuf::from(dir), true),
+        None => (build(&workspace, &crates), false),
     };
+    // Prebuilt modules are embedded as they are; freshly built ones are shrunk when possible.
+    let wasm_opt = if prebuilt { None } else { wasm_opt() };
 
     let mut generated = String::from(
         "/// Every policy built into the binary.\npub const POLICIES: &[BuiltinPolicy] = &[\n",
@@ -44,7 +51,13 @@ fn main() {
         let file = format!("{}.wasm", policy.package.replace('-', "_"));
         let embedded = out_dir.join(&file);
         let built = built_dir.join(&file);
-        std::fs::copy(&built, &embedded).unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+        match &wasm_opt {
+            Some(tool) => shrink(tool, &built, &embedded),
+            None => {
+                std::fs::copy(&built, &embedded)
+                    .unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+            }
+        }
         let _ = writeln!(
             generated,
             "    BuiltinPolicy {{ name: {:?}, package: {:?}, wasm: include_bytes!({:?}) }},",
@@ -111,4 +124,53 @@ fn build(workspace: &Path, crates: &[PolicyCrate]) -> PathBuf {
         );
     }
     target_dir.join(WASM_TARGET).join("policy")
+}
+
+/// The wasm-opt to run, or `None` (with a warning when it is missing rather than turned off).
+fn wasm_opt() -> Option<PathBuf> {
+    let tool = match env::var_os("WASM_OPT") {
+        Some(value) if value == "none" => return None,
+        Some(value) => PathBuf::from(value),
+        None => PathBuf::from("wasm-opt"),
+    };
+    match Command::new(&tool).arg("--version").output() {
+        Ok(output) if output.status.success() => Some(tool),
+        _ => {
+            println!(
+                "cargo:warning=`{}` not found: the built-in policies are embedded without \
+                 wasm-opt (about 10% larger; install Binaryen, or set WASM_OPT=none to silence this)",
+                tool.display()
+            );
+            None
+        }
+    }
+}
+
+/// Features the policies' wasm32 build uses (Rust's defaults); wasm-opt refuses anything else.
+const WASM_FEATURES: &[&str] = &[
+    "--enable-bulk-memory",
+    "--enable-sign-ext",
+    "--enable-nontrapping-float-to-int",
+    "--enable-mutable-globals",
+    "--enable-multivalue",
+    "--enable-reference-types",
+];
+
+/// `wasm-opt -Os` from `input` to `output`; custom sections (the metadata) are kept.
+fn shrink(tool: &Path, input: &Path, output: &Path) {
+    let status = Command::new(tool)
+        .arg("-Os")
+        .args(WASM_FEATURES)
+        .arg(input)
+        .arg("-o")
+        .arg(output)
+        .status()
+        .unwrap_or_else(|err| panic!("cannot run {}: {err}", tool.display()));
+    if !status.success() {
+        panic!(
+            "{} -Os {} failed (see above); set WASM_OPT=none to embed the module as built",
+            tool.display(),
+            input.display()
+        );
+    }
 }

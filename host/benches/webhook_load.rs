@@ -2,7 +2,9 @@
 //! self-signed certificate, then posts the AdmissionReviews kube-apiserver sends (tests/fixtures/
 //! admission) over HTTPS keep-alive connections at a fixed concurrency for a fixed time.
 //!
-//! Three servers, one after the other, in one run:
+//! Three servers, started together and loaded in turn: the run is split into rounds (`--rounds`,
+//! default 5) that load each server for `seconds / rounds`, so a slow spell of a noisy machine
+//! hits all three alike; each server's figures are over all its rounds.
 //! - `wasm`: the built-in CAPVCD policy for both kinds, evaluated in Wasm (fresh instance each);
 //! - `native`: the same server deciding with the CAPVCD rules compiled into the binary
 //!   (`--bench-native-capvcd`), so the difference is what Wasm costs;
@@ -11,7 +13,7 @@
 //!
 //! ```console
 //! cargo bench -p nicpolicy --bench webhook_load
-//! cargo bench -p nicpolicy --bench webhook_load -- --seconds 20 --concurrency 64
+//! cargo bench -p nicpolicy --bench webhook_load -- --seconds 20 --rounds 10 --concurrency 64
 //! ```
 //!
 //! Prints requests/s, latency percentiles, errors and resident memory (idle, and the peak under
@@ -50,6 +52,7 @@ const MIX: [(&str, &str); 4] = [
 
 struct Options {
     seconds: u64,
+    rounds: u64,
     concurrency: usize,
     workers: usize,
 }
@@ -58,6 +61,7 @@ impl Options {
     fn parse() -> Result<Options> {
         let mut options = Options {
             seconds: 10,
+            rounds: 5,
             concurrency: 32,
             workers: 2,
         };
@@ -72,16 +76,18 @@ impl Options {
             };
             match arg.as_str() {
                 "--seconds" => options.seconds = value("--seconds")?,
+                "--rounds" => options.rounds = value("--rounds")?,
                 "--concurrency" => options.concurrency = value("--concurrency")? as usize,
                 "--workers" => options.workers = value("--workers")? as usize,
                 // cargo bench passes --bench; criterion-style filters are not used here.
                 "--bench" => {}
                 other => {
-                    bail!("unknown argument {other:?} (--seconds N, --concurrency N, --workers N)")
+                    bail!("unknown argument {other:?} (--seconds N, --rounds N, --concurrency N, --workers N)")
                 }
             }
         }
         ensure!(options.seconds > 0, "--seconds must be at least 1");
+        ensure!(options.rounds > 0, "--rounds must be at least 1");
         ensure!(options.concurrency > 0, "--concurrency must be at least 1");
         ensure!(options.workers > 0, "--workers must be at least 1");
         Ok(options)
@@ -224,6 +230,16 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// CPU time (user + system) a process has used, from /proc (Linux).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // The kernel reports in clock ticks: USER_HZ, 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// One review to post: the endpoint URL, the body, and what the answer must be.
 struct Review {
     url: String,
@@ -331,10 +347,15 @@ async fn warm_up(client: &reqwest::Client, reviews: &[Review]) -> Result<Vec<(bo
     Ok(outcomes)
 }
 
-async fn load(client: reqwest::Client, reviews: Arc<Vec<Review>>, options: &Options) -> Run {
+async fn load(
+    client: reqwest::Client,
+    reviews: Arc<Vec<Review>>,
+    concurrency: usize,
+    duration: Duration,
+) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let tasks: Vec<_> = (0..options.concurrency)
+    let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let client = client.clone();
             let reviews = reviews.clone();
@@ -358,7 +379,7 @@ async fn load(client: reqwest::Client, reviews: Arc<Vec<Review>>, options: &Opti
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(options.seconds)).await;
+    tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
     let mut total = Run::default();
     for task in tasks {
@@ -371,57 +392,91 @@ async fn load(client: reqwest::Client, reviews: Arc<Vec<Review>>, options: &Opti
         }
     }
     total.elapsed = started.elapsed();
-    total.latencies.sort_unstable();
     total
 }
 
+/// A server under test: its client, its reviews, what it answered at warm-up, and its figures
+/// so far.
 struct Measured {
     name: &'static str,
+    served: Served,
+    client: reqwest::Client,
+    reviews: Arc<Vec<Review>>,
     run: Run,
     rss_idle: u64,
     rss_peak: u64,
+    /// The server's CPU time over all rounds.
+    cpu: Duration,
     outcomes: Vec<(bool, bool, usize)>,
 }
 
-fn measure(
-    runtime: &tokio::runtime::Runtime,
-    name: &'static str,
-    served: &Served,
-    options: &Options,
-) -> Result<Measured> {
-    let reviews = Arc::new(reviews(served)?);
-    let client = client(served, options.concurrency)?;
-    let outcomes = runtime.block_on(warm_up(&client, &reviews))?;
-    std::thread::sleep(Duration::from_millis(500));
-    let rss_idle = served.rss_bytes().unwrap_or(0);
-    // Resident memory sampled through the run; the peak is reported.
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let sampling = sampling.clone();
-        let pid = served.child.id();
-        std::thread::spawn(move || {
-            let mut peak = 0;
-            while sampling.load(Ordering::Relaxed) {
-                peak = peak.max(rss_bytes(pid).unwrap_or(0));
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            peak
+impl Measured {
+    /// Checks every review of the mix once, opens the connections, reads idle memory.
+    fn warm_up(
+        runtime: &tokio::runtime::Runtime,
+        name: &'static str,
+        served: Served,
+        options: &Options,
+    ) -> Result<Measured> {
+        let reviews = Arc::new(reviews(&served)?);
+        let client = client(&served, options.concurrency)?;
+        let outcomes = runtime.block_on(warm_up(&client, &reviews))?;
+        std::thread::sleep(Duration::from_millis(500));
+        let rss_idle = served.rss_bytes().unwrap_or(0);
+        Ok(Measured {
+            name,
+            served,
+            client,
+            reviews,
+            run: Run::default(),
+            rss_idle,
+            rss_peak: 0,
+            cpu: Duration::ZERO,
+            outcomes,
         })
-    };
-    eprintln!(
-        "{name}: {} connections for {} s ...",
-        options.concurrency, options.seconds
-    );
-    let run = runtime.block_on(load(client, reviews, options));
-    sampling.store(false, Ordering::Relaxed);
-    let rss_peak = sampler.join().unwrap_or(0);
-    Ok(Measured {
-        name,
-        run,
-        rss_idle,
-        rss_peak,
-        outcomes,
-    })
+    }
+
+    /// The server's CPU time per answered review, in microseconds.
+    fn cpu_per_review_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.run.latencies.len().max(1) as f64
+    }
+
+    /// One round of load; latencies and time add up over rounds, the memory peak is kept.
+    fn round(&mut self, runtime: &tokio::runtime::Runtime, concurrency: usize, duration: Duration) {
+        // Resident memory sampled through the round.
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = {
+            let sampling = sampling.clone();
+            let pid = self.served.child.id();
+            std::thread::spawn(move || {
+                let mut peak = 0;
+                while sampling.load(Ordering::Relaxed) {
+                    peak = peak.max(rss_bytes(pid).unwrap_or(0));
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                peak
+            })
+        };
+        let pid = self.served.child.id();
+        let cpu_before = cpu_time(pid);
+        let run = runtime.block_on(load(
+            self.client.clone(),
+            self.reviews.clone(),
+            concurrency,
+            duration,
+        ));
+        if let (Some(before), Some(after)) = (cpu_before, cpu_time(pid)) {
+            self.cpu += after.saturating_sub(before);
+        }
+        sampling.store(false, Ordering::Relaxed);
+        self.rss_peak = self.rss_peak.max(sampler.join().unwrap_or(0));
+        self.run.latencies.extend(run.latencies);
+        self.run.errors += run.errors;
+        self.run.elapsed += run.elapsed;
+        if self.run.first_error.is_none() {
+            self.run.first_error = run.first_error;
+        }
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -451,9 +506,22 @@ fn main() -> Result<()> {
         ("wasm-3-policies", &three, false),
     ] {
         let served = Served::start(&dir, config, native)?;
-        let measured = measure(&runtime, name, &served, &options)?;
-        drop(served);
-        results.push(measured);
+        results.push(Measured::warm_up(&runtime, name, served, &options)?);
+    }
+    let round = Duration::from_secs_f64(options.seconds as f64 / options.rounds as f64);
+    for number in 1..=options.rounds {
+        eprintln!(
+            "round {number}/{}: {} connections, {:.1} s per server ...",
+            options.rounds,
+            options.concurrency,
+            round.as_secs_f64()
+        );
+        for measured in &mut results {
+            measured.round(&runtime, options.concurrency, round);
+        }
+    }
+    for measured in &mut results {
+        measured.run.latencies.sort_unstable();
     }
 
     // The Wasm and native servers must decide alike, or the comparison means nothing.
@@ -465,18 +533,19 @@ fn main() -> Result<()> {
     );
 
     println!(
-        "\n{} connections, {} s each, {} evaluation slots, mix of {} reviews \
-         (mutate + validate worker CREATE, invalid CREATE, template CREATE)\n",
+        "\n{} connections, {} s per server in {} interleaved rounds, {} evaluation slots, \
+         mix of {} reviews (mutate + validate worker CREATE, invalid CREATE, template CREATE)\n",
         options.concurrency,
         options.seconds,
+        options.rounds,
         options.workers,
         MIX.len()
     );
-    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | RSS idle MB | RSS peak MB |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | server CPU per review | RSS idle MB | RSS peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for m in &results {
         println!(
-            "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {:.0} us | {} | {} |",
             m.name,
             m.run.per_second(),
             ms(m.run.percentile(50.0)),
@@ -484,6 +553,7 @@ fn main() -> Result<()> {
             ms(m.run.percentile(99.0)),
             ms(m.run.percentile(100.0)),
             m.run.errors,
+            m.cpu_per_review_us(),
             mb(m.rss_idle),
             mb(m.rss_peak),
         );
@@ -495,6 +565,12 @@ fn main() -> Result<()> {
         (1.0 - wasm.per_second() / native.per_second()) * 100.0,
         wasm.percentile(50.0).as_secs_f64() / native.percentile(50.0).as_secs_f64(),
         wasm.percentile(99.0).as_secs_f64() / native.percentile(99.0).as_secs_f64(),
+    );
+    println!(
+        "Server CPU per review: Wasm {:.0} us, native {:.0} us (Wasm adds {:.1}%)",
+        results[0].cpu_per_review_us(),
+        results[1].cpu_per_review_us(),
+        (results[0].cpu_per_review_us() / results[1].cpu_per_review_us() - 1.0) * 100.0
     );
     for m in &results {
         if let Some(err) = &m.run.first_error {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{self, CacheStatus, ModuleCache};
 use crate::error::LoadError;
@@ -26,11 +26,22 @@ pub struct HostConfig {
     /// Longest a module may take to compile (a cache hit does not compile); slower modules
     /// are refused with [`LoadError::CompileTimeout`].
     pub compile_timeout: Duration,
+    /// Bytes at the start of each freed memory slot kept resident for the next instance
+    /// (pooling only). Pages above it are given back to the kernel and fault in again.
+    pub keep_resident_bytes: usize,
+    /// Reset a freed slot by scanning for the pages the instance dirtied and restoring only
+    /// those (Linux 6.7+ `PAGEMAP_SCAN`; ignored elsewhere). Off: `memset` all of
+    /// [`HostConfig::keep_resident_bytes`].
+    pub reset_dirty_pages_only: bool,
 }
 
 impl HostConfig {
     /// Default [`HostConfig::compile_timeout`]: the CAPVCD policy compiles in about 0.5 s.
     pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default [`HostConfig::keep_resident_bytes`]: a Rust policy starts at just over 1 MiB
+    /// (a 1 MiB stack, then its data) and grows its heap from there; 4 MiB covers the heap of
+    /// large inventories too. Only pages an instance touched are resident.
+    pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 4 << 20;
 }
 
 impl Default for HostConfig {
@@ -42,6 +53,8 @@ impl Default for HostConfig {
             cache_dir: ModuleCache::default_dir(),
             pooling: true,
             compile_timeout: Self::DEFAULT_COMPILE_TIMEOUT,
+            keep_resident_bytes: Self::DEFAULT_KEEP_RESIDENT_BYTES,
+            reset_dirty_pages_only: true,
         }
     }
 }
@@ -84,8 +97,16 @@ impl Host {
                 .total_memories(config.max_instances)
                 .total_tables(config.max_instances)
                 .max_memory_size(config.max_memory_bytes)
-                // Give freed slots' pages back lazily: keep the first 1 MiB resident for reuse.
-                .linear_memory_keep_resident(1 << 20);
+                // A fresh instance per evaluation reuses a warm slot: keeping its pages
+                // resident and restoring only the dirty ones costs far less than page faults
+                // on every first touch (see docs/benchmarks.md, "What each change gained").
+                .linear_memory_keep_resident(config.keep_resident_bytes)
+                .table_keep_resident(TABLE_KEEP_RESIDENT)
+                .pagemap_scan(if config.reset_dirty_pages_only {
+                    Enabled::Auto
+                } else {
+                    Enabled::No
+                });
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm).map_err(|err| HostError::Engine(format!("{err:#}")))?;
@@ -144,6 +165,10 @@ impl Host {
         self.load(&bytes, options)
     }
 }
+
+/// Bytes of each freed table slot kept resident: a Rust policy's table of function
+/// pointers is a few hundred entries.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
 /// Advances the engine's epoch every `tick` while the engine lives.
 fn spawn_ticker(engine: &Engine, tick: Duration) -> Result<(), HostError> {

@@ -135,20 +135,36 @@ impl Settings {
 
     /// The NIC this policy plans for `network` at `index`.
     pub fn nic(&self, index: u32, network: &str) -> Nic {
-        let own = self.networks.get(network);
         Nic {
             index,
             network: network.to_string(),
             primary: index == 0,
-            ip_allocation_mode: own
-                .and_then(|n| n.ip_allocation_mode)
-                .unwrap_or(self.default_ip_allocation_mode),
+            ip_allocation_mode: self.ip_allocation_mode(network),
             ip_address: None,
-            adapter_type: own
-                .and_then(|n| n.adapter_type)
-                .unwrap_or(self.default_adapter_type),
-            connected: own.and_then(|n| n.connected).unwrap_or(true),
+            adapter_type: self.adapter_type(network),
+            connected: self
+                .networks
+                .get(network)
+                .and_then(|n| n.connected)
+                .unwrap_or(true),
         }
+    }
+
+    /// The address mode of a NIC on `network` (the same for every NIC index). Checks ask
+    /// this rather than [`Settings::nic`], which builds a whole NIC.
+    pub fn ip_allocation_mode(&self, network: &str) -> IpAllocationMode {
+        self.networks
+            .get(network)
+            .and_then(|n| n.ip_allocation_mode)
+            .unwrap_or(self.default_ip_allocation_mode)
+    }
+
+    /// The adapter of a NIC on `network`.
+    pub fn adapter_type(&self, network: &str) -> AdapterType {
+        self.networks
+            .get(network)
+            .and_then(|n| n.adapter_type)
+            .unwrap_or(self.default_adapter_type)
     }
 }
 
@@ -314,7 +330,12 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty; name an org VDC network".to_string());
     }
-    let chars = name.chars().count();
+    // A name of at most MAX bytes has at most MAX characters: count only longer ones.
+    let chars = if name.len() <= MAX_NETWORK_NAME_LEN {
+        name.len()
+    } else {
+        name.chars().count()
+    };
     if chars > MAX_NETWORK_NAME_LEN {
         return Err(format!(
             "is {chars} characters long; Cloud Director network names have at most \
@@ -516,7 +537,8 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
         return Vec::new();
     };
     let index = NetworkIndex::new(inventory);
-    let missing = |name: &str, field: String, what: &str| -> Option<Violation> {
+    // `field` is called only for a violation: most names are found.
+    let missing = |name: &str, field: &dyn Fn() -> String, what: &str| -> Option<Violation> {
         // Malformed names get their own violation from `check_names`.
         if check_name(name).is_err() || index.get(name).is_some() {
             return None;
@@ -525,7 +547,7 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
             .map(|near| format!("; did you mean {near:?}?"))
             .unwrap_or_default();
         Some(Violation::new(
-            field,
+            field(),
             Reason::NotFound,
             format!("{what} {name:?} is not a network of the org VDC{hint}"),
         ))
@@ -533,10 +555,10 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
     let mut violations: Vec<Violation> = primary
         .candidates()
         .into_iter()
-        .filter_map(|(name, field)| missing(name, field.to_string(), "primary network"))
+        .filter_map(|(name, field)| missing(name, &|| field.to_string(), "primary network"))
         .collect();
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
-        violations.extend(missing(name, extra_field(request, i), "network"));
+        violations.extend(missing(name, &|| extra_field(request, i), "network"));
     }
     violations
 }
@@ -597,49 +619,52 @@ pub fn check_nic_setup(
 ) -> Vec<Violation> {
     // Only SR-IOV NICs need the inventory: index it on first use.
     let mut index = None;
+    // (network, NIC 0?, where it is set): field paths are spelt out only for a violation.
     let candidates = primary
         .candidates()
         .into_iter()
-        .map(|(network, field)| (settings.nic(0, network), field.to_string()));
+        .map(|(network, field)| (network, true, Err(field)));
     let extras = request
         .machine
         .extra_ovdc_networks
         .iter()
         .enumerate()
         .filter(|(_, name)| check_name(name).is_ok())
-        .map(|(i, name)| (settings.nic(i as u32 + 1, name), extra_field(request, i)));
+        .map(|(i, name)| (name.as_str(), false, Ok(i)));
     let mut violations = Vec::new();
-    for (nic, field) in candidates.chain(extras) {
-        if nic.primary && nic.ip_allocation_mode == IpAllocationMode::None {
+    for (network, primary, at) in candidates.chain(extras) {
+        let field = || match at {
+            Ok(i) => extra_field(request, i),
+            Err(field) => field.to_string(),
+        };
+        if primary && settings.ip_allocation_mode(network) == IpAllocationMode::None {
             violations.push(Violation::new(
-                field.clone(),
+                field(),
                 Reason::Invalid,
                 format!(
-                    "the primary NIC on {:?} would get no address (ipAllocationMode NONE in the \
-                     policy settings); machine addresses come from the primary NIC, so the \
-                     node would never become ready",
-                    nic.network
+                    "the primary NIC on {network:?} would get no address (ipAllocationMode NONE \
+                     in the policy settings); machine addresses come from the primary NIC, so \
+                     the node would never become ready"
                 ),
             ));
         }
-        if nic.adapter_type == AdapterType::SriovEthernetCard {
+        if settings.adapter_type(network) == AdapterType::SriovEthernetCard {
             let network_type = request
                 .inventory
                 .as_ref()
                 .and_then(|inv| {
                     index
                         .get_or_insert_with(|| NetworkIndex::new(inv))
-                        .get(&nic.network)
+                        .get(network)
                 })
                 .and_then(|n| n.network_type);
             if let Some(kind) = network_type.filter(|t| *t != NetworkType::Direct) {
                 violations.push(Violation::new(
-                    field,
+                    field(),
                     Reason::Invalid,
                     format!(
-                        "network {:?} is {}, but SR-IOV NICs (adapterType SRIOVETHERNETCARD in \
-                         the policy settings) need a direct network",
-                        nic.network,
+                        "network {network:?} is {}, but SR-IOV NICs (adapterType \
+                         SRIOVETHERNETCARD in the policy settings) need a direct network",
                         kind.as_str()
                     ),
                 ));
@@ -766,7 +791,7 @@ pub fn advise(request: &Request, settings: &Settings, primary: &Primary) -> Vec<
             continue;
         }
         seen.push(network);
-        if settings.nic(0, network).ip_allocation_mode == IpAllocationMode::Dhcp {
+        if settings.ip_allocation_mode(network) == IpAllocationMode::Dhcp {
             warnings.push(format!(
                 "NIC 0 ({network}) uses DHCP: the machine's addresses are known only after the \
                  guest reports them, which delays node readiness"
@@ -774,7 +799,7 @@ pub fn advise(request: &Request, settings: &Settings, primary: &Primary) -> Vec<
         }
     }
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
-        if settings.nic(i as u32 + 1, name).ip_allocation_mode == IpAllocationMode::None {
+        if settings.ip_allocation_mode(name) == IpAllocationMode::None {
             warnings.push(format!(
                 "NIC {} ({name}) gets no address (ipAllocationMode NONE); configure it in the guest",
                 i + 1
