@@ -122,32 +122,36 @@ fn write_config(dir: &Path, name: &str, policies: &str, workers: usize) -> Resul
 const CAPVCD: &str = "  VCDMachine: [{builtin: capvcd, timeout: 250ms}]\n  \
                       VCDMachineTemplate: [{builtin: capvcd, timeout: 250ms}]\n";
 
-/// The shipped site settings (config/nicpolicy/nicpolicy.yaml) for role-based, static-ip
-/// after it, zone-aware for templates.
-const THREE_POLICIES: &str = "  VCDMachine:
-    - builtin: role-based
-      timeout: 250ms
-      settings: &site
-        capvcd:
-          maxNics: 6
-          networks:
-            storage-net: {ipAllocationMode: DHCP}
-        controlPlane:
-          required: [mgmt-net]
-          forbidden: [ext-dmz-net]
-          allowed: [storage-net, backup-net]
-        worker:
-          allowed: [storage-net, workload-net, backup-net, ext-dmz-net]
-          defaults: [storage-net, workload-net]
-    - builtin: static-ip
-      timeout: 250ms
-      settings: {manualNetworks: [storage-net]}
+/// Role-based with the site settings of the shipped configuration (config/nicpolicy/
+/// nicpolicy.yaml, read from there so the bench follows it), static-ip after it, zone-aware for
+/// templates.
+fn three_policies() -> Result<String> {
+    let file = workspace().join("config/nicpolicy/nicpolicy.yaml");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
+    let shipped: Value =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not YAML", file.display()))?;
+    let site = shipped
+        .pointer("/policies/VCDMachine/0/settings")
+        .filter(|settings| settings.is_object())
+        .with_context(|| {
+            format!(
+                "{}: policies.VCDMachine[0].settings is not set",
+                file.display()
+            )
+        })?;
+    // JSON is YAML's flow syntax: the settings go in as one line.
+    Ok(format!(
+        "  VCDMachine:
+    - {{builtin: role-based, timeout: 250ms, settings: {site}}}
+    - {{builtin: static-ip, timeout: 250ms, settings: {{manualNetworks: [storage-net]}}}}
   VCDMachineTemplate:
     - builtin: zone-aware
       timeout: 250ms
       settings:
-        default: {storage: storage-net, workload: workload-net, backup: backup-net}
-";
+        default: {{storage: storage-net, workload: workload-net, backup: backup-net}}
+"
+    ))
+}
 
 /// A running `nicpolicy serve`; killed when dropped.
 struct Served {
@@ -492,7 +496,7 @@ fn main() -> Result<()> {
     let dir = workspace().join("target/bench-webhook");
     std::fs::create_dir_all(&dir)?;
     let capvcd = write_config(&dir, "capvcd", CAPVCD, options.workers)?;
-    let three = write_config(&dir, "three-policies", THREE_POLICIES, options.workers)?;
+    let three = write_config(&dir, "three-policies", &three_policies()?, options.workers)?;
     // The client's own threads: two, like the server's cores; both share this machine.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
