@@ -191,10 +191,14 @@ impl Reviewer {
     }
 
     fn prepare(&self, endpoint: Endpoint, kind: KindKey, body: &[u8]) -> Result<Job, Answer> {
-        let raw: Value = serde_json::from_slice(body).map_err(|err| {
+        let mut raw: Value = serde_json::from_slice(body).map_err(|err| {
             self.metrics.reject("malformed");
             invalid(format!("the request body is not JSON: {err}"))
         })?;
+        // The objects are moved out, not copied: `read_machine` reads them (with field paths
+        // in its errors) and the rest of the review is small.
+        let object = raw.pointer_mut("/request/object").map(Value::take);
+        let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
         let request = review_request(&raw).inspect_err(|_| self.metrics.reject("malformed"))?;
         let served = self.policies.get();
         let object_kind = &request.kind;
@@ -249,26 +253,18 @@ impl Reviewer {
             self.metrics.reject("malformed");
             deny(request_ref, 400, "BadRequest", message, &served)
         };
-        let mut object = raw
-            .pointer("/request/object")
-            .filter(|o| o.is_object())
-            .cloned()
-            .ok_or_else(|| {
-                bad_request(format!(
-                    "request.object is missing: a {:?} review must carry the object",
-                    request.operation
-                ))
-            })?;
+        let mut object = object.filter(Value::is_object).ok_or_else(|| {
+            bad_request(format!(
+                "request.object is missing: a {:?} review must carry the object",
+                request.operation
+            ))
+        })?;
         fill_metadata(&mut object, &request);
         let (object_kind, machine) =
             read_machine(&object, "request.object").map_err(bad_request)?;
         let old_machine = match request.operation {
             Operation::Update => {
-                let mut old = raw
-                    .pointer("/request/oldObject")
-                    .filter(|o| o.is_object())
-                    .cloned()
-                    .ok_or_else(|| {
+                let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
                         bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
                     })?;
                 fill_metadata(&mut old, &request);
