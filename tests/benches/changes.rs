@@ -21,11 +21,8 @@ use nicpolicy::webhook::{App, Endpoint, KindKey, Reviewer, ServeConfig, StaticCl
 use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
 use nicpolicy_plugin::Request;
 
-/// A way of evaluating a request, and what it stands for.
-struct Variant {
-    label: String,
-    run: Box<dyn Fn(&Request)>,
-}
+/// A way of evaluating a request, labelled with what it stands for.
+type Variant = (String, Box<dyn Fn(&Request)>);
 
 /// A host like the CLI's with `adjust` applied; few slots, since several hosts share the
 /// process's address space.
@@ -43,23 +40,23 @@ fn wasm_variant(label: &str, host: Host, wasm: &[u8]) -> Variant {
     let policy: Policy = host
         .load(wasm, PolicyOptions::default())
         .unwrap_or_else(|err| panic!("{label}: {err}"));
-    Variant {
-        label: label.to_string(),
-        run: Box::new(move |request| {
+    (
+        label.to_string(),
+        Box::new(move |request| {
             black_box(common::wasm(&policy, request));
         }),
-    }
+    )
 }
 
 fn variants() -> Vec<Variant> {
     let builtin = nicpolicy::builtin::CAPVCD_WASM;
     let mut variants = vec![
-        Variant {
-            label: "native round trip (no Wasm)".into(),
-            run: Box::new(|request| {
+        (
+            "native round trip (no Wasm)".to_string(),
+            Box::new(|request: &Request| {
                 black_box(common::native_round_trip(request));
-            }),
-        },
+            }) as Box<dyn Fn(&Request)>,
+        ),
         wasm_variant(
             "on-demand allocation (no pool)",
             host(|c| c.pooling = false),
@@ -251,17 +248,13 @@ fn main() {
         ("3nic", common::machine(3)),
         ("10nic-inv10", common::machine_with_inventory(10, 10)),
     ];
-    let labelled: Vec<(String, Variant)> =
-        variants.into_iter().map(|v| (v.label.clone(), v)).collect();
     for (name, request) in &cases {
-        let medians = interleaved(&labelled, rounds, batch, |variant| {
-            (variant.run)(black_box(request))
-        });
+        let medians = interleaved(&variants, rounds, batch, |run| run(black_box(request)));
         let native = medians[0];
         println!("\n{name}: median of {rounds} interleaved rounds of {batch} evaluations");
         println!("| variant | per evaluation | / native round trip | evaluations/s (1 thread) |");
         println!("|---|---|---|---|");
-        for ((label, _), ns) in labelled.iter().zip(&medians) {
+        for ((label, _), ns) in variants.iter().zip(&medians) {
             println!(
                 "| {} | {} | {:.1} | {:.0} |",
                 label,
