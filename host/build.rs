@@ -37,12 +37,11 @@ fn main() {
     }
 
     let crates = policy_crates(&workspace.join("policies"));
-    let (built_dir, prebuilt) = match env::var_os("NICPOLICY_POLICY_DIR") {
-        Some(dir) => (PathBuf::from(dir), true),
-        None => (build(&workspace, &crates), false),
-    };
     // Prebuilt modules are embedded as they are; freshly built ones are shrunk when possible.
-    let wasm_opt = if prebuilt { None } else { wasm_opt() };
+    let (built_dir, wasm_opt) = match env::var_os("NICPOLICY_POLICY_DIR") {
+        Some(dir) => (PathBuf::from(dir), None),
+        None => (build(&workspace, &crates), wasm_opt()),
+    };
 
     let mut generated = String::from(
         "/// Every policy built into the binary.\npub const POLICIES: &[BuiltinPolicy] = &[\n",

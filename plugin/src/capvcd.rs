@@ -610,6 +610,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// Where a NIC's network is set: the cluster field naming NIC 0, or an extra network's index.
+#[derive(Clone, Copy)]
+enum SetAt<'a> {
+    Primary(&'a str),
+    Extra(usize),
+}
+
 /// Address modes and adapters that cannot work: a primary without an address, SR-IOV on a
 /// network that is not direct. Every network NIC 0 may end up on is checked.
 pub fn check_nic_setup(
@@ -619,25 +626,27 @@ pub fn check_nic_setup(
 ) -> Vec<Violation> {
     // Only SR-IOV NICs need the inventory: index it on first use.
     let mut index = None;
-    // (network, NIC 0?, where it is set): field paths are spelt out only for a violation.
+    // Field paths are spelt out only for a violation.
     let candidates = primary
         .candidates()
         .into_iter()
-        .map(|(network, field)| (network, true, Err(field)));
+        .map(|(network, field)| (network, SetAt::Primary(field)));
     let extras = request
         .machine
         .extra_ovdc_networks
         .iter()
         .enumerate()
         .filter(|(_, name)| check_name(name).is_ok())
-        .map(|(i, name)| (name.as_str(), false, Ok(i)));
+        .map(|(i, name)| (name.as_str(), SetAt::Extra(i)));
     let mut violations = Vec::new();
-    for (network, primary, at) in candidates.chain(extras) {
+    for (network, at) in candidates.chain(extras) {
         let field = || match at {
-            Ok(i) => extra_field(request, i),
-            Err(field) => field.to_string(),
+            SetAt::Primary(field) => field.to_string(),
+            SetAt::Extra(i) => extra_field(request, i),
         };
-        if primary && settings.ip_allocation_mode(network) == IpAllocationMode::None {
+        if matches!(at, SetAt::Primary(_))
+            && settings.ip_allocation_mode(network) == IpAllocationMode::None
+        {
             violations.push(Violation::new(
                 field(),
                 Reason::Invalid,
