@@ -3,6 +3,11 @@
 //! Set `NICPOLICY_POLICY_DIR` to a directory of prebuilt `<crate_name>.wasm` files to skip the
 //! build.
 //!
+//! Crates with a `kubewarden` feature are built a second time with it, into their own target
+//! directory: the Kubewarden (waPC) variant of the same policy, embedded beside the ABI v1 module
+//! for `nicpolicy export NAME --format kubewarden`. With `NICPOLICY_POLICY_DIR`, the variant is
+//! read from `<crate_name>.kubewarden.wasm` there.
+//!
 //! Each module then goes through Binaryen's `wasm-opt -Os` when it is installed (`$WASM_OPT`,
 //! else `wasm-opt` on `PATH`; `WASM_OPT=none` skips it): the `policy` profile optimises for
 //! speed, wasm-opt takes the size back down (CAPVCD: 217 KB to 194 KB, see docs/benchmarks.md).
@@ -18,6 +23,8 @@ const WASM_TARGET: &str = "wasm32-unknown-unknown";
 struct PolicyCrate {
     name: String,
     package: String,
+    /// Whether it has a `kubewarden` feature (a waPC build for Kubewarden).
+    kubewarden: bool,
 }
 
 fn main() {
@@ -38,31 +45,44 @@ fn main() {
 
     let crates = policy_crates(&workspace.join("policies"));
     // Prebuilt modules are embedded as they are; freshly built ones are shrunk when possible.
-    let (built_dir, wasm_opt) = match env::var_os("NICPOLICY_POLICY_DIR") {
-        Some(dir) => (PathBuf::from(dir), None),
-        None => (build(&workspace, &crates), wasm_opt()),
+    let (modules, wasm_opt) = match env::var_os("NICPOLICY_POLICY_DIR") {
+        Some(dir) => (Modules::Prebuilt(PathBuf::from(dir)), None),
+        None => (
+            Modules::Built {
+                abi: build(&workspace, &crates, Variant::Abi),
+                kubewarden: build(&workspace, &crates, Variant::Kubewarden),
+            },
+            wasm_opt(),
+        ),
     };
 
     let mut generated = String::from(
         "/// Every policy built into the binary.\npub const POLICIES: &[BuiltinPolicy] = &[\n",
     );
     for policy in &crates {
-        let file = format!("{}.wasm", policy.package.replace('-', "_"));
-        let embedded = out_dir.join(&file);
-        let built = built_dir.join(&file);
-        match &wasm_opt {
-            Some(tool) => shrink(tool, &built, &embedded),
-            None => {
-                std::fs::copy(&built, &embedded)
-                    .unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+        let stem = policy.package.replace('-', "_");
+        let embed = |variant: Variant| {
+            let built = modules.path(&stem, variant);
+            let embedded = out_dir.join(variant.file(&stem));
+            match &wasm_opt {
+                Some(tool) => shrink(tool, &built, &embedded),
+                None => {
+                    std::fs::copy(&built, &embedded)
+                        .unwrap_or_else(|err| panic!("{}: {err}", built.display()));
+                }
             }
-        }
+            format!("include_bytes!({:?})", embedded.display().to_string())
+        };
+        let wasm = embed(Variant::Abi);
+        let kubewarden = match policy.kubewarden {
+            true => format!("Some({})", embed(Variant::Kubewarden)),
+            false => "None".to_string(),
+        };
         let _ = writeln!(
             generated,
-            "    BuiltinPolicy {{ name: {:?}, package: {:?}, wasm: include_bytes!({:?}) }},",
+            "    BuiltinPolicy {{ name: {:?}, package: {:?}, wasm: {wasm}, kubewarden: {kubewarden} }},",
             policy.name,
             policy.package,
-            embedded.display().to_string()
         );
     }
     generated.push_str("];\n");
@@ -83,6 +103,9 @@ fn policy_crates(dir: &Path) -> Vec<PolicyCrate> {
             Some(PolicyCrate {
                 name: entry.file_name().to_string_lossy().into_owned(),
                 package,
+                kubewarden: manifest
+                    .lines()
+                    .any(|line| line.trim_start().starts_with("kubewarden = [")),
             })
         })
         .collect();
@@ -90,13 +113,57 @@ fn policy_crates(dir: &Path) -> Vec<PolicyCrate> {
     crates
 }
 
-/// Builds the crates with the `policy` profile; returns where the modules are.
-fn build(workspace: &Path, crates: &[PolicyCrate]) -> PathBuf {
+/// The two builds of a policy crate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// ABI v1, for nicpolicy's own host.
+    Abi,
+    /// The `kubewarden` feature: a waPC module for Kubewarden.
+    Kubewarden,
+}
+
+impl Variant {
+    /// The module's file name, as embedded and as `NICPOLICY_POLICY_DIR` holds it.
+    fn file(self, stem: &str) -> String {
+        match self {
+            Variant::Abi => format!("{stem}.wasm"),
+            Variant::Kubewarden => format!("{stem}.kubewarden.wasm"),
+        }
+    }
+}
+
+/// Where the modules to embed are.
+enum Modules {
+    /// `NICPOLICY_POLICY_DIR`: both variants side by side, named by [`Variant::file`].
+    Prebuilt(PathBuf),
+    /// Fresh builds: one directory per variant, each holding `<crate_name>.wasm`.
+    Built { abi: PathBuf, kubewarden: PathBuf },
+}
+
+impl Modules {
+    fn path(&self, stem: &str, variant: Variant) -> PathBuf {
+        match (self, variant) {
+            (Modules::Prebuilt(dir), _) => dir.join(variant.file(stem)),
+            (Modules::Built { abi, .. }, Variant::Abi) => abi.join(format!("{stem}.wasm")),
+            (Modules::Built { kubewarden, .. }, Variant::Kubewarden) => {
+                kubewarden.join(format!("{stem}.wasm"))
+            }
+        }
+    }
+}
+
+/// Builds the crates with the `policy` profile; returns where the modules are. Each variant has
+/// its own target directory: both produce `<crate_name>.wasm`, and a feature change would
+/// otherwise rebuild the other's artifacts every time.
+fn build(workspace: &Path, crates: &[PolicyCrate], variant: Variant) -> PathBuf {
     // A separate target directory: the outer cargo holds the lock on its own.
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
-        .join("wasm-policies");
+        .join(match variant {
+            Variant::Abi => "wasm-policies",
+            Variant::Kubewarden => "wasm-kubewarden",
+        });
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -110,8 +177,14 @@ fn build(workspace: &Path, crates: &[PolicyCrate]) -> PathBuf {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET");
-    for policy in crates {
+    let selected = crates
+        .iter()
+        .filter(|policy| variant == Variant::Abi || policy.kubewarden);
+    for policy in selected {
         command.args(["--package", &policy.package]);
+        if variant == Variant::Kubewarden {
+            command.args(["--features", &format!("{}/kubewarden", policy.package)]);
+        }
     }
     let status = command
         .status()

@@ -7,8 +7,10 @@ pub struct BuiltinPolicy {
     pub name: &'static str,
     /// Cargo package name, such as `nicpolicy-capvcd`.
     pub package: &'static str,
-    /// The module.
+    /// The module (ABI v1).
     pub wasm: &'static [u8],
+    /// The same policy built for Kubewarden (waPC), when the crate has a `kubewarden` feature.
+    pub kubewarden: Option<&'static [u8]>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/builtin_policies.rs"));
@@ -33,5 +35,6 @@ mod tests {
         let capvcd = super::get("capvcd").expect("built in");
         assert_eq!(capvcd.package, "nicpolicy-capvcd");
         assert_eq!(capvcd.wasm, super::CAPVCD_WASM);
+        assert!(capvcd.kubewarden.is_some_and(|wasm| wasm != capvcd.wasm));
     }
 }

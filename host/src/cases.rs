@@ -111,6 +111,20 @@ pub struct Case {
     pub settings: Value,
     /// The expected outcome.
     pub expect: Expect,
+    /// The Kubernetes objects the request was built from, for hosts that take whole objects
+    /// (an AdmissionReview, a Kubewarden ValidationRequest).
+    pub objects: CaseObjects,
+}
+
+/// The objects of a case as its files hold them.
+#[derive(Clone, Debug)]
+pub struct CaseObjects {
+    /// The machine (VCDMachine or VCDMachineTemplate) the case checks.
+    pub machine: Value,
+    /// The stored version, for an UPDATE.
+    pub old: Option<Value>,
+    /// Every object of the cluster file (Cluster and VCDCluster objects among them).
+    pub cluster: Vec<Value>,
 }
 
 /// The outcome of running one case.
@@ -174,12 +188,22 @@ impl Case {
             old.as_ref(),
             inventory,
         )?;
+        let machine_name = case.machine_name.as_deref();
+        let objects = CaseObjects {
+            machine: machine.machine_object(machine_name)?.value.clone(),
+            old: old
+                .as_ref()
+                .map(|file| file.machine_object(machine_name).map(|o| o.value.clone()))
+                .transpose()?,
+            cluster: cluster.objects.iter().map(|o| o.value.clone()).collect(),
+        };
         Ok(Case {
             path: path.to_path_buf(),
             description: case.description,
             request,
             settings: case.settings.unwrap_or(Value::Null),
             expect: case.expect,
+            objects,
         })
     }
 

@@ -66,6 +66,9 @@ pub enum LoadError {
         /// Its type.
         ty: String,
     },
+    /// The module is a Kubewarden (waPC) build: it runs in Kubewarden, not in this host.
+    #[error("this is a Kubewarden (waPC) policy module; nicpolicy runs ABI v1 modules (`nicpolicy export NAME` without `--format kubewarden`)")]
+    KubewardenModule,
     /// The metadata custom section is not valid JSON of the documented shape.
     #[error("custom section `nicpolicy.metadata` is not valid: {0}")]
     BadMetadata(String),

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use wasmparser::{Encoding, ExternalKind, FuncType, Parser, Payload, TypeRef, ValType};
 
 use crate::error::LoadError;
+use crate::kubewarden::{self, KubewardenError};
 use crate::limits::MAX_MODULE_BYTES;
 
 /// What a policy module declares, read from its bytes alone.
@@ -19,6 +20,9 @@ pub struct ModuleInfo {
     pub size: usize,
     /// The `nicpolicy.metadata` custom section, when present.
     pub metadata: Option<Metadata>,
+    /// The `io.kubewarden.metadata` custom section of a Kubewarden build, when present (an
+    /// error when it is not valid metadata).
+    pub kubewarden: Option<Result<kubewarden::Metadata, KubewardenError>>,
     /// Every import.
     pub imports: Vec<Item>,
     /// Every export.
@@ -130,6 +134,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     let mut imports = Vec::new();
     let mut exports = Vec::new();
     let mut metadata = None;
+    let mut kubewarden_metadata = None;
     let mut raw_exports = Vec::new();
 
     for payload in Parser::new(0).parse_all(bytes) {
@@ -188,6 +193,9 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                     .map_err(|err| LoadError::BadMetadata(err.to_string()))?;
                 metadata = Some(parsed);
             }
+            Payload::CustomSection(section) if section.name() == kubewarden::METADATA_SECTION => {
+                kubewarden_metadata = Some(kubewarden::parse_metadata(section.data()));
+            }
             _ => {}
         }
     }
@@ -216,6 +224,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
         sha256: sha256_hex(bytes),
         size: bytes.len(),
         metadata,
+        kubewarden: kubewarden_metadata,
         imports,
         exports,
     })
@@ -263,9 +272,40 @@ pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
     ]
 }
 
+/// The ABI a module speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleAbi {
+    /// nicpolicy's own ABI v1 (`docs/abi.md`); anything that is not waPC is checked as this.
+    NicpolicyV1,
+    /// Kubewarden's waPC protocol (`docs/kubewarden.md`).
+    KubewardenWapc,
+}
+
+impl fmt::Display for ModuleAbi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModuleAbi::NicpolicyV1 => "nicpolicy ABI v1",
+            ModuleAbi::KubewardenWapc => "Kubewarden waPC (protocol v1)",
+        })
+    }
+}
+
 impl ModuleInfo {
+    /// Which ABI the module speaks: waPC when it exports `__guest_call` or carries Kubewarden
+    /// metadata, nicpolicy ABI v1 otherwise.
+    pub fn abi(&self) -> ModuleAbi {
+        if kubewarden::is_wapc(&self.exports) || self.kubewarden.is_some() {
+            ModuleAbi::KubewardenWapc
+        } else {
+            ModuleAbi::NicpolicyV1
+        }
+    }
+
     /// Checks imports, exports and the declared ABI version against ABI v1.
     pub fn check_abi(&self) -> Result<(), LoadError> {
+        if self.abi() == ModuleAbi::KubewardenWapc {
+            return Err(LoadError::KubewardenModule);
+        }
         if let Some(meta) = &self.metadata {
             if meta.abi_version != abi::ABI_VERSION {
                 return Err(LoadError::AbiMismatch {

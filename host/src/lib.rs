@@ -30,7 +30,8 @@
 //! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
 //! policies evaluated in order as one), [`inspect`] (reading a module without running it),
 //! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`).
+//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`), [`kubewarden`]
+//! (the metadata and checks of the policies' Kubewarden build).
 
 pub mod builtin;
 pub mod cache;
@@ -39,6 +40,7 @@ pub mod chain;
 pub mod engine;
 pub mod error;
 pub mod inspect;
+pub mod kubewarden;
 pub mod limits;
 pub mod manifest;
 pub mod policy;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use nicpolicy::cases::{self, Case, Outcome};
-use nicpolicy::inspect::{inspect, ModuleInfo};
+use nicpolicy::inspect::{inspect, ModuleAbi, ModuleInfo};
+use nicpolicy::kubewarden;
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::{builtin, manifest, Host, HostConfig, Limits, PolicyChain, PolicyOptions};
 
@@ -58,6 +59,19 @@ struct ExportArgs {
     /// Where to write the module; stdout when omitted.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Which build to write: `nicpolicy` (ABI v1, for nicpolicy serve/eval/test) or
+    /// `kubewarden` (waPC with its metadata, for Kubewarden's policy-server and kwctl).
+    #[arg(long, value_enum, default_value_t = ModuleFormat::Nicpolicy)]
+    format: ModuleFormat,
+}
+
+/// The builds `nicpolicy export` writes.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModuleFormat {
+    /// nicpolicy's ABI v1.
+    Nicpolicy,
+    /// Kubewarden's waPC protocol.
+    Kubewarden,
 }
 
 #[derive(clap::Args)]
@@ -337,22 +351,30 @@ fn export_cmd(args: ExportArgs) -> Result<u8, Failure> {
             builtin::names().join(", ")
         ))
     })?;
+    let wasm = match args.format {
+        ModuleFormat::Nicpolicy => policy.wasm,
+        ModuleFormat::Kubewarden => policy.kubewarden.ok_or_else(|| {
+            usage(anyhow::anyhow!(
+                "the built-in policy `{name}` has no Kubewarden build (only Rust policy crates with a `kubewarden` feature have one)"
+            ))
+        })?,
+    };
     match &args.output {
         Some(path) => {
-            std::fs::write(path, policy.wasm)
+            std::fs::write(path, wasm)
                 .with_context(|| format!("{}: cannot write", path.display()))
                 .map_err(usage)?;
             eprintln!(
                 "wrote {} ({} bytes, sha256 {})",
                 path.display(),
-                policy.wasm.len(),
-                nicpolicy::inspect::sha256_hex(policy.wasm)
+                wasm.len(),
+                nicpolicy::inspect::sha256_hex(wasm)
             );
         }
         None => {
             use std::io::Write as _;
             std::io::stdout()
-                .write_all(policy.wasm)
+                .write_all(wasm)
                 .context("cannot write to stdout")
                 .map_err(usage)?;
         }
@@ -610,11 +632,18 @@ fn inspect_cmd(args: InspectArgs) -> Result<u8, Failure> {
     let info = inspect(&bytes)
         .with_context(|| format!("{label}: cannot inspect"))
         .map_err(usage)?;
-    let abi_check = info.check_abi();
+    let abi = info.abi();
+    let abi_check = match abi {
+        ModuleAbi::NicpolicyV1 => info.check_abi().map_err(anyhow::Error::new),
+        ModuleAbi::KubewardenWapc => kubewarden::check(&info)
+            .map(|_| ())
+            .map_err(anyhow::Error::new),
+    };
+    let problem = abi_check.as_ref().err().map(|err| err.to_string());
     let text = match args.output {
-        Format::Table => render_info(&label, &info, abi_check.as_ref().err()),
+        Format::Table => render_info(&label, &info, problem.as_deref()),
         Format::Json | Format::Yaml => {
-            let value = info_json(&info, abi_check.as_ref().err());
+            let value = info_json(&info, problem.as_deref());
             if args.output == Format::Json {
                 serde_json::to_string_pretty(&value).map_err(usage)? + "\n"
             } else {
@@ -626,12 +655,12 @@ fn inspect_cmd(args: InspectArgs) -> Result<u8, Failure> {
     match abi_check {
         Ok(()) => Ok(0),
         Err(err) => Err(usage(
-            anyhow::Error::new(err).context(format!("{label}: not a valid ABI v1 policy")),
+            err.context(format!("{label}: not a valid {abi} policy")),
         )),
     }
 }
 
-fn info_json(info: &ModuleInfo, problem: Option<&nicpolicy::LoadError>) -> serde_json::Value {
+fn info_json(info: &ModuleInfo, problem: Option<&str>) -> serde_json::Value {
     let items = |items: &[nicpolicy::inspect::Item]| -> Vec<serde_json::Value> {
         items
             .iter()
@@ -648,26 +677,67 @@ fn info_json(info: &ModuleInfo, problem: Option<&nicpolicy::LoadError>) -> serde
     serde_json::json!({
         "sha256": info.sha256,
         "size": info.size,
+        "abi": info.abi().to_string(),
         "metadata": info.metadata,
+        "kubewarden": info.kubewarden.as_ref().and_then(|m| m.as_ref().ok()).map(kubewarden::metadata_json),
         "imports": items(&info.imports),
         "exports": items(&info.exports),
-        "abiCheck": problem.map_or("ok".to_string(), |p| p.to_string()),
+        "abiCheck": problem.unwrap_or("ok"),
     })
 }
 
-fn render_info(label: &str, info: &ModuleInfo, problem: Option<&nicpolicy::LoadError>) -> String {
+fn render_info(label: &str, info: &ModuleInfo, problem: Option<&str>) -> String {
     let mut out = String::new();
+    let abi = info.abi();
     let _ = writeln!(out, "File:         {label}");
     let _ = writeln!(out, "sha256:       {}", info.sha256);
     let _ = writeln!(out, "Size:         {} bytes", info.size);
-    match &info.metadata {
-        Some(meta) => {
+    let _ = writeln!(out, "ABI:          {abi}");
+    match (&info.metadata, &info.kubewarden) {
+        (_, Some(Ok(meta))) => {
+            let annotation = |key: &str| {
+                meta.annotations
+                    .get(&format!("io.kubewarden.policy.{key}"))
+                    .map_or("", String::as_str)
+                    .to_string()
+            };
+            let _ = writeln!(out, "Title:        {}", annotation("title"));
+            let _ = writeln!(out, "Version:      {}", annotation("version"));
+            let _ = writeln!(out, "Description:  {}", annotation("description"));
+            let _ = writeln!(
+                out,
+                "Protocol:     {}",
+                meta.protocol_version.as_deref().unwrap_or("(missing)")
+            );
+            let _ = writeln!(out, "Mutating:     {}", meta.mutating);
+            for rule in &meta.rules {
+                let _ = writeln!(
+                    out,
+                    "Rule:         {} {}/{} {}",
+                    rule.operations.join(","),
+                    rule.api_groups.join(","),
+                    rule.api_versions.join(","),
+                    rule.resources.join(",")
+                );
+            }
+            for resource in &meta.context_aware_resources {
+                let _ = writeln!(
+                    out,
+                    "Reads:        {} {}",
+                    resource.api_version, resource.kind
+                );
+            }
+        }
+        (_, Some(Err(err))) => {
+            let _ = writeln!(out, "Metadata:     {err}");
+        }
+        (Some(meta), None) => {
             let _ = writeln!(out, "Name:         {}", meta.name);
             let _ = writeln!(out, "Version:      {}", meta.version);
             let _ = writeln!(out, "ABI version:  {}", meta.abi_version);
             let _ = writeln!(out, "Description:  {}", meta.description);
         }
-        None => {
+        (None, None) => {
             let _ = writeln!(out, "Metadata:     (no nicpolicy.metadata section)");
         }
     }
@@ -687,11 +757,11 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&nicpolicy::LoadE
     };
     list(&mut out, "Imports", &info.imports);
     list(&mut out, "Exports", &info.exports);
-    let _ = writeln!(
-        out,
-        "ABI v1 check: {}",
-        problem.map_or("ok".to_string(), |p| p.to_string())
-    );
+    let check = match abi {
+        ModuleAbi::NicpolicyV1 => "ABI v1 check",
+        ModuleAbi::KubewardenWapc => "waPC check",
+    };
+    let _ = writeln!(out, "{check}: {}", problem.unwrap_or("ok"));
     let _ = writeln!(out, "Pin with:     --sha256 {}", info.sha256);
     out
 }

@@ -142,6 +142,11 @@ pub const fn plain_text(value: &str) -> &str {
 /// When the policy crate's own `js` feature is on (forwarding to `nicpolicy-plugin/js`), the
 /// module exports `evaluate`, `validateSettings` and `metadata` through wasm-bindgen instead, for
 /// JavaScript engines; see [`js`](crate::js). The ABI v1 build never carries wasm-bindgen imports.
+///
+/// When its `kubewarden` feature is on (forwarding to `nicpolicy-plugin/kubewarden`), the module
+/// is a Kubewarden waPC policy instead: `wapc_init` registers `validate`, `validate_settings`
+/// and `protocol_version`, and the `io.kubewarden.metadata` section is written at build time;
+/// see [`kubewarden`](crate::kubewarden).
 #[macro_export]
 macro_rules! export_policy {
     ($evaluate:path) => {
@@ -179,7 +184,77 @@ macro_rules! export_policy {
             }
         }
 
-        #[cfg(all(target_arch = "wasm32", not(feature = "js")))]
+        #[cfg(all(target_arch = "wasm32", feature = "kubewarden", not(feature = "js")))]
+        const _: () = {
+            const POLICY: $crate::kubewarden::Policy = $crate::kubewarden::Policy {
+                name: env!("CARGO_PKG_NAME"),
+                evaluate: $evaluate,
+                validate_settings: $validate_settings,
+            };
+
+            fn kubewarden_validate(payload: &[u8]) -> $crate::kubewarden::wapc_guest::CallResult {
+                $crate::kubewarden::validate(payload, &POLICY)
+            }
+
+            fn kubewarden_validate_settings(
+                payload: &[u8],
+            ) -> $crate::kubewarden::wapc_guest::CallResult {
+                $crate::kubewarden::validate_settings(payload, &POLICY)
+            }
+
+            #[no_mangle]
+            pub extern "C" fn wapc_init() {
+                use $crate::kubewarden::wapc_guest::register_function;
+                register_function("validate", kubewarden_validate);
+                register_function("validate_settings", kubewarden_validate_settings);
+                register_function("protocol_version", $crate::kubewarden::protocol_version);
+            }
+
+            // Kubewarden's metadata, written at build time so the module needs no
+            // `kwctl annotate`; the versions match kubewarden::CLUSTER_API_VERSION and
+            // VCD_CLUSTER_API_VERSION, and the test host refuses any other lookup.
+            const KUBEWARDEN_METADATA_JSON: &str = concat!(
+                "{\"protocolVersion\":\"v1\",",
+                "\"rules\":[{\"apiGroups\":[\"infrastructure.cluster.x-k8s.io\"],",
+                "\"apiVersions\":[\"v1beta3\"],",
+                "\"resources\":[\"vcdmachines\",\"vcdmachinetemplates\"],",
+                "\"operations\":[\"CREATE\",\"UPDATE\"]}],",
+                "\"mutating\":true,\"backgroundAudit\":true,",
+                "\"executionMode\":\"kubewarden-wapc\",\"policyType\":\"kubernetes\",",
+                "\"contextAwareResources\":[",
+                "{\"apiVersion\":\"cluster.x-k8s.io/v1beta1\",\"kind\":\"Cluster\"},",
+                "{\"apiVersion\":\"infrastructure.cluster.x-k8s.io/v1beta3\",\"kind\":\"VCDCluster\"}],",
+                "\"hostCapabilities\":[\"kubernetes/get_resource\"],",
+                "\"annotations\":{",
+                "\"io.kubewarden.policy.title\":\"",
+                env!("CARGO_PKG_NAME"),
+                "\",\"io.kubewarden.policy.version\":\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",\"io.kubewarden.policy.description\":\"",
+                env!("CARGO_PKG_DESCRIPTION"),
+                "\",\"io.kubewarden.policy.source\":\"",
+                env!("CARGO_PKG_REPOSITORY"),
+                "\",\"io.kubewarden.policy.license\":\"",
+                env!("CARGO_PKG_LICENSE"),
+                "\"}}"
+            );
+            const _CHECK: [&str; 5] = [
+                $crate::abi::plain_text(env!("CARGO_PKG_NAME")),
+                $crate::abi::plain_text(env!("CARGO_PKG_VERSION")),
+                $crate::abi::plain_text(env!("CARGO_PKG_DESCRIPTION")),
+                $crate::abi::plain_text(env!("CARGO_PKG_REPOSITORY")),
+                $crate::abi::plain_text(env!("CARGO_PKG_LICENSE")),
+            ];
+
+            #[link_section = "io.kubewarden.metadata"]
+            #[used]
+            static KUBEWARDEN_METADATA: [u8; KUBEWARDEN_METADATA_JSON.len()] =
+                $crate::abi::metadata_bytes::<{ KUBEWARDEN_METADATA_JSON.len() }>(
+                    KUBEWARDEN_METADATA_JSON,
+                );
+        };
+
+        #[cfg(all(target_arch = "wasm32", not(feature = "js"), not(feature = "kubewarden")))]
         const _: () = {
             // Each call gets a fresh instance: a bump allocator is all it needs.
             #[global_allocator]

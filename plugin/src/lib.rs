@@ -8,6 +8,8 @@
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
+//! - [`objects`]: reading CAPVCD's Kubernetes objects into the schema, and finding a machine's
+//!   VCDCluster; [`mutation`]: what defaulting writes back into the object;
 //! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests.
 //!
 //! A whole policy is one function:
@@ -31,6 +33,9 @@ pub mod capvcd;
 pub mod guest;
 #[cfg(feature = "js")]
 pub mod js;
+pub mod kubewarden;
+pub mod mutation;
+pub mod objects;
 pub mod schema;
 pub mod settings;
 pub mod testing;

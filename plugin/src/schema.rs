@@ -6,6 +6,7 @@
 //! networks, so a policy never parses manifests itself.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -238,6 +239,69 @@ impl Inventory {
     pub fn index(&self) -> BTreeMap<&str, &Network> {
         self.networks.iter().map(|n| (n.name.as_str(), n)).collect()
     }
+
+    /// Sanity checks: unique names, addresses that parse, ranges inside the subnet's family and
+    /// in order. Returns the field at fault and why.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let mut seen = BTreeMap::new();
+        for (i, network) in self.networks.iter().enumerate() {
+            let at = |field: &str| format!("networks[{i}].{field}");
+            if network.name.is_empty() {
+                return Err((at("name"), "must not be empty".into()));
+            }
+            if let Some(first) = seen.insert(network.name.as_str(), i) {
+                return Err((
+                    at("name"),
+                    format!("{:?} is already listed at networks[{first}]", network.name),
+                ));
+            }
+            let gateway = match &network.gateway {
+                Some(text) => Some(parse_ip(text).map_err(|why| (at("gateway"), why))?),
+                None => None,
+            };
+            if let Some(prefix) = network.prefix_length {
+                let max = match gateway {
+                    Some(IpAddr::V6(_)) => 128,
+                    _ => 32,
+                };
+                if prefix > max {
+                    return Err((at("prefixLength"), format!("{prefix} is above {max}")));
+                }
+            }
+            for (j, range) in network.static_ip_ranges.iter().enumerate() {
+                let start = parse_ip(&range.start)
+                    .map_err(|why| (at(&format!("staticIpRanges[{j}].start")), why))?;
+                let end = parse_ip(&range.end)
+                    .map_err(|why| (at(&format!("staticIpRanges[{j}].end")), why))?;
+                let same_family = start.is_ipv4() == end.is_ipv4()
+                    && gateway.is_none_or(|g| g.is_ipv4() == start.is_ipv4());
+                if !same_family {
+                    return Err((
+                        at(&format!("staticIpRanges[{j}]")),
+                        "start, end and gateway must be of one IP family".into(),
+                    ));
+                }
+                if start > end {
+                    return Err((
+                        at(&format!("staticIpRanges[{j}]")),
+                        format!("start {start} is after end {end}"),
+                    ));
+                }
+            }
+            for (j, server) in network.dns.iter().enumerate() {
+                parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
+            }
+            for (j, used) in network.used_ip_addresses.iter().enumerate() {
+                parse_ip(used).map_err(|why| (at(&format!("usedIpAddresses[{j}]")), why))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address"))
 }
 
 /// One org VDC network.
@@ -442,6 +506,12 @@ impl Violation {
             message: message.into(),
         }
     }
+
+    /// The violation as kube-apiserver words a field error:
+    /// `spec.extraOvdcNetworks[1]: Duplicate value: already listed at ...`.
+    pub fn field_error(&self) -> String {
+        format!("{}: {}: {}", self.field, self.reason.text(), self.message)
+    }
 }
 
 /// Kinds of field errors, after Kubernetes' `FieldValue*` cause types.
@@ -464,6 +534,19 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Kubernetes' words for this reason, as `field.ErrorList` prints them.
+    pub fn text(self) -> &'static str {
+        match self {
+            Reason::Required => "Required value",
+            Reason::Invalid => "Invalid value",
+            Reason::Duplicate => "Duplicate value",
+            Reason::NotFound => "Not found",
+            Reason::TooMany => "Too many",
+            Reason::Forbidden => "Forbidden",
+            Reason::NotSupported => "Unsupported value",
+        }
+    }
+
     /// The Kubernetes `StatusCause.type` for this reason.
     pub fn kubernetes_cause(self) -> &'static str {
         match self {

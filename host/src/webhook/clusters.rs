@@ -7,7 +7,7 @@
 //! never waits on an API call).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -16,7 +16,8 @@ use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use nicpolicy_plugin::Cluster;
+pub use nicpolicy_plugin::objects::cluster_name_of;
+use nicpolicy_plugin::{objects, Cluster};
 use serde_json::Value;
 
 use crate::manifest::{ManifestError, ManifestFile};
@@ -55,59 +56,15 @@ pub trait ClusterSource: Send + Sync {
     }
 }
 
-/// The cluster a machine object belongs to: its cluster-name label, else (templates) the
-/// Cluster among its owner references.
-pub fn cluster_name_of(object: &Value) -> Option<String> {
-    let label = object
-        .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL))
-        .and_then(Value::as_str)
-        .filter(|name| !name.is_empty());
-    if let Some(name) = label {
-        return Some(name.to_string());
-    }
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|owner| {
-            owner.get("kind").and_then(Value::as_str) == Some("Cluster")
-                && owner
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .is_some_and(|v| v.starts_with("cluster.x-k8s.io/"))
-        })
-        .and_then(|owner| owner.get("name").and_then(Value::as_str))
-        .map(str::to_string)
-}
-
-/// The VCDCluster a Cluster object points at: `spec.infrastructureRef` (name and kind; the
-/// namespace is the Cluster's in every Cluster API version).
+/// The VCDCluster a Cluster object points at (see [`objects::infrastructure_ref`]).
 fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> {
-    let reference = cluster.pointer("/spec/infrastructureRef").ok_or_else(|| {
-        LookupError::Invalid(format!(
-            "{at} has no spec.infrastructureRef: Cluster API has not been told which VCDCluster it uses"
-        ))
-    })?;
-    let kind = reference.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind != "VCDCluster" {
-        return Err(LookupError::Invalid(format!(
-            "{at}: spec.infrastructureRef is a {kind:?}, not a VCDCluster; nicpolicy serves CAPVCD clusters only"
-        )));
-    }
-    reference
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|name| !name.is_empty())
-        .map(str::to_string)
-        .ok_or_else(|| LookupError::Invalid(format!("{at}: spec.infrastructureRef has no name")))
+    objects::infrastructure_ref(cluster, at).map_err(LookupError::Invalid)
 }
 
-/// Reads a VCDCluster object into the schema's [`Cluster`].
+/// Reads a VCDCluster object into the schema's [`Cluster`]; `label` names it in errors.
 fn read_vcd_cluster(object: Value, label: &str) -> Result<Cluster, LookupError> {
-    ManifestFile::from_documents(Path::new(label), vec![object])
-        .and_then(|file| file.cluster(None))
-        .map_err(|err| LookupError::Invalid(err.to_string()))
+    objects::read_vcd_cluster(&object)
+        .map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
 /// Cluster and VCDCluster objects read from manifest files.
@@ -306,7 +263,7 @@ impl ClusterSource for KubeClusters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use std::path::Path;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         std::fs::create_dir_all(dir).unwrap();
@@ -363,19 +320,6 @@ spec: {ovdc: eu1-edge, ovdcNetwork: edge-mgmt-net}
             source.vcd_cluster("default", "prod-eu1"),
             Err(LookupError::NotFound(_))
         ));
-    }
-
-    #[test]
-    fn cluster_name_comes_from_the_label_or_the_owner() {
-        let labelled =
-            json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "prod-eu1"}}});
-        assert_eq!(cluster_name_of(&labelled).as_deref(), Some("prod-eu1"));
-        let owned = json!({"metadata": {"ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "Cluster", "name": "not-capi"},
-            {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "prod-eu1"}
-        ]}});
-        assert_eq!(cluster_name_of(&owned).as_deref(), Some("prod-eu1"));
-        assert_eq!(cluster_name_of(&json!({"metadata": {}})), None);
     }
 
     #[test]

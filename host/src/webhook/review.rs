@@ -12,8 +12,8 @@ use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, Status};
-use nicpolicy_plugin::{Decision, ObjectKind, Operation as PolicyOperation, Reason, Request};
-use serde::Serialize;
+use nicpolicy_plugin::objects;
+use nicpolicy_plugin::{Decision, ObjectKind, Operation as PolicyOperation, Request, Violation};
 use serde_json::Value;
 
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
@@ -23,8 +23,7 @@ use super::policies::{Served, ServedPolicies};
 use crate::manifest::{ManifestFile, CAPVCD_GROUP};
 use crate::{ChainError, ChainEvaluation};
 
-/// Annotation that carries the NIC plan, written by the mutating endpoint.
-pub const NIC_PLAN_ANNOTATION: &str = "nicpolicy.io/nic-plan";
+pub use nicpolicy_plugin::mutation::{NicPlan, NIC_PLAN_ANNOTATION};
 
 /// The two webhook endpoints of a kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,18 +52,6 @@ impl Endpoint {
             kind.path_segment()
         )
     }
-}
-
-/// The NIC plan as the annotation holds it (JSON).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NicPlan<'a> {
-    /// The policy chain that planned it.
-    pub policy: &'a str,
-    /// Every NIC, NIC 0 first.
-    pub nics: &'a [nicpolicy_plugin::Nic],
-    /// The vApp networks the machine needs.
-    pub vapp_networks: &'a [String],
 }
 
 /// An HTTP answer: status code and a JSON AdmissionReview body.
@@ -450,28 +437,13 @@ fn read_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Answer> {
     review_request(&raw)
 }
 
-/// Objects being created may lack the namespace (it is in the request) or the name
-/// (generateName): take them from the request.
+/// [`objects::fill_metadata`] from the review's request.
 fn fill_metadata(object: &mut Value, request: &AdmissionRequest<DynamicObject>) {
-    let Some(map) = object.as_object_mut() else {
-        return;
-    };
-    let metadata = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
-    let Some(metadata) = metadata.as_object_mut() else {
-        return;
-    };
-    if let Some(namespace) = request.namespace.as_deref().filter(|n| !n.is_empty()) {
-        metadata
-            .entry("namespace")
-            .or_insert_with(|| Value::String(namespace.to_string()));
-    }
-    if !request.name.is_empty() {
-        metadata
-            .entry("name")
-            .or_insert_with(|| Value::String(request.name.clone()));
-    }
+    objects::fill_metadata(
+        object,
+        request.namespace.as_deref().unwrap_or_default(),
+        &request.name,
+    );
 }
 
 fn read_machine(
@@ -525,8 +497,7 @@ pub fn patch_operations(
         }
     }
     if let Some(plan) = plan {
-        // Serialising plain data cannot fail; an empty plan would only be skipped.
-        let text = serde_json::to_string(plan).unwrap_or_default();
+        let text = plan.text();
         let annotations = object.pointer("/metadata/annotations");
         let current = annotations
             .and_then(|a| a.get(NIC_PLAN_ANNOTATION))
@@ -547,26 +518,13 @@ pub fn patch_operations(
     operations
 }
 
-/// Kubernetes' words for each reason, as `field.ErrorList` prints them.
-fn reason_text(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Required => "Required value",
-        Reason::Invalid => "Invalid value",
-        Reason::Duplicate => "Duplicate value",
-        Reason::NotFound => "Not found",
-        Reason::TooMany => "Too many",
-        Reason::Forbidden => "Forbidden",
-        Reason::NotSupported => "Unsupported value",
-    }
-}
-
 /// The Status of an invalid object, as kube-apiserver builds it for schema errors
 /// (`reason: Invalid`, code 422, one cause per field), so kubectl prints it the same way.
 fn invalid_status(job: &Job, decision: &Decision) -> Status {
     let errors: Vec<String> = decision
         .violations
         .iter()
-        .map(|v| format!("{}: {}: {}", v.field, reason_text(v.reason), v.message))
+        .map(Violation::field_error)
         .collect();
     let list = match errors.as_slice() {
         [one] => one.clone(),

@@ -1,0 +1,260 @@
+//! One nicpolicy case through both hosts: nicpolicy's (the ABI v1 build) and the waPC test host
+//! (the Kubewarden build), compared on what each host's users see.
+//!
+//! - settings: both accept them, or both refuse them with the same reason;
+//! - allowed or denied: the same;
+//! - denied: code 422, and every violation on a line of its own as
+//!   `field: Reason: message`, so each field path is in the message;
+//! - warnings: the same, in order;
+//! - allowed: the difference between the mutated object and the input (the JSON patch
+//!   Kubewarden sends) equals the difference nicpolicy's webhook patch makes.
+
+use nicpolicy::cases::Case;
+use nicpolicy::webhook::review::{patch_operations, NicPlan};
+use nicpolicy::LoadError;
+use nicpolicy_plugin::kubewarden::{INVENTORY_KEY, MUTATING_KEY};
+use nicpolicy_plugin::objects::{cluster_name_of, infrastructure_ref};
+use nicpolicy_plugin::schema::CLUSTER_NAME_LABEL;
+use serde_json::{json, Map, Value};
+
+use crate::{admission_request, Cluster, PolicyServer};
+
+/// What a compared case came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Compared {
+    /// Both hosts decided the same way.
+    Decided,
+    /// Both hosts refused the settings with the same reason.
+    SettingsRefused,
+    /// The case expects a host failure (timeouts, traps), which only nicpolicy's host reports.
+    NotComparable,
+}
+
+/// The namespace the API server gives an object created without one.
+const DEFAULT_NAMESPACE: &str = "default";
+
+/// Sets `metadata.namespace` when missing, as the API server does for namespaced objects.
+fn with_namespace(mut object: Value) -> Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata
+            .entry("namespace")
+            .or_insert_with(|| Value::String(DEFAULT_NAMESPACE.to_string()));
+    }
+    object
+}
+
+/// The Kubewarden settings for a case: the policy's own settings plus defaulting and the
+/// case's inventory, under the keys the Kubewarden build reads itself.
+pub fn settings(case: &Case, mutating: bool) -> Value {
+    let mut map = match &case.settings {
+        Value::Object(map) => map.clone(),
+        Value::Null => Map::new(),
+        // Not a map: passed as it is, for the policy to refuse.
+        other => return other.clone(),
+    };
+    map.insert(MUTATING_KEY.to_string(), Value::Bool(mutating));
+    if let Some(inventory) = &case.request.inventory {
+        map.insert(
+            INVENTORY_KEY.to_string(),
+            serde_json::to_value(inventory).unwrap_or(Value::Null),
+        );
+    }
+    Value::Object(map)
+}
+
+/// The machine (and stored machine) as the API server would send them, and the cluster's
+/// objects as `get_resource` would find them.
+///
+/// A case file may hold a machine without a cluster-name label when its cluster file has one
+/// VCDCluster (nicpolicy's offline commands pick that one). The API server path needs the
+/// label, so such a machine gets the label of the cluster the case means; nothing the policy
+/// reads changes. A cluster file without a Cluster object gets one whose infrastructureRef
+/// names its VCDCluster, as clusterctl generates them.
+pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
+    let mut cluster_objects: Vec<Value> = case
+        .objects
+        .cluster
+        .iter()
+        .cloned()
+        .map(with_namespace)
+        .collect();
+    let vcd_name = &case.request.cluster.name;
+    let owner = cluster_objects
+        .iter()
+        .find(|object| {
+            object.get("kind").and_then(Value::as_str) == Some("Cluster")
+                && infrastructure_ref(object, "Cluster").as_deref() == Ok(vcd_name.as_str())
+        })
+        .and_then(|object| object.pointer("/metadata/name").and_then(Value::as_str))
+        .unwrap_or(vcd_name)
+        .to_string();
+    let label = |object: &Value| {
+        let mut object = with_namespace(object.clone());
+        if cluster_name_of(&object).is_none() {
+            if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                let labels = metadata
+                    .entry("labels")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert(CLUSTER_NAME_LABEL.to_string(), Value::String(owner.clone()));
+                }
+            }
+        }
+        object
+    };
+    let machine = label(&case.objects.machine);
+    let old = case.objects.old.as_ref().map(label);
+    let namespace = machine
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string();
+    let has_cluster = cluster_objects.iter().any(|object| {
+        object.get("kind").and_then(Value::as_str) == Some("Cluster")
+            && object.pointer("/metadata/name").and_then(Value::as_str) == Some(owner.as_str())
+    });
+    if !has_cluster {
+        cluster_objects.push(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Cluster",
+            "metadata": {"name": owner, "namespace": namespace},
+            "spec": {"infrastructureRef": {
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+                "kind": "VCDCluster",
+                "name": vcd_name
+            }}
+        }));
+    }
+    (
+        machine,
+        old,
+        Cluster {
+            objects: cluster_objects,
+        },
+    )
+}
+
+/// Runs `case` through nicpolicy's host (`policy`, the ABI v1 build) and the waPC test host
+/// (`kubewarden`, the Kubewarden build of the same crate); returns every difference.
+pub fn compare(
+    case: &Case,
+    policy: &nicpolicy::Policy,
+    kubewarden: &PolicyServer,
+) -> Result<Compared, Vec<String>> {
+    if case.expect.error.is_some() {
+        return Ok(Compared::NotComparable);
+    }
+    let kw_settings = settings(case, true);
+    let verdict = kubewarden
+        .validate_settings(&kw_settings)
+        .map_err(|err| vec![format!("validate_settings failed: {err}")])?;
+    let policy = match policy.with_settings(case.settings.clone()) {
+        Ok(policy) => policy,
+        Err(LoadError::Settings(reason)) => {
+            return match verdict.message {
+                Some(message) if !verdict.valid && message == reason => {
+                    Ok(Compared::SettingsRefused)
+                }
+                other => Err(vec![format!(
+                    "nicpolicy refuses the settings ({reason}); Kubewarden says valid={} ({other:?})",
+                    verdict.valid
+                )]),
+            };
+        }
+        Err(err) => return Err(vec![format!("nicpolicy cannot load the settings: {err}")]),
+    };
+    if !verdict.valid {
+        return Err(vec![format!(
+            "nicpolicy accepts the settings; Kubewarden refuses them: {:?}",
+            verdict.message
+        )]);
+    }
+    let decision = policy
+        .evaluate(&case.request)
+        .map_err(|err| vec![format!("nicpolicy failed: {err}")])?
+        .decision;
+
+    let (machine, old, cluster) = objects(case);
+    let request = admission_request(&machine, old.as_ref());
+    let (response, calls) = kubewarden
+        .validate(&request, &kw_settings, &cluster)
+        .map_err(|err| vec![format!("validate failed: {err}")])?;
+
+    let mut mismatches = Vec::new();
+    let lookups: Vec<&str> = calls.iter().map(|c| c.operation.as_str()).collect();
+    if lookups != ["kubewarden/kubernetes/get_resource"; 2] {
+        mismatches.push(format!(
+            "expected two get_resource calls (Cluster, VCDCluster), got {lookups:?}"
+        ));
+    }
+    if response.accepted != decision.allowed {
+        mismatches.push(format!(
+            "nicpolicy allowed={}, Kubewarden accepted={} ({:?})",
+            decision.allowed, response.accepted, response.message
+        ));
+    }
+    let warnings = response.warnings.clone().unwrap_or_default();
+    if warnings != decision.warnings {
+        mismatches.push(format!(
+            "warnings differ: nicpolicy {:?}, Kubewarden {warnings:?}",
+            decision.warnings
+        ));
+    }
+    if !decision.allowed {
+        let message = response.message.clone().unwrap_or_default();
+        let lines: Vec<&str> = message.lines().skip(1).collect();
+        let expected: Vec<String> = decision
+            .violations
+            .iter()
+            .map(|v| v.field_error())
+            .collect();
+        if lines != expected {
+            mismatches.push(format!(
+                "the message must list every violation, one per line:\n    want {expected:?}\n    got  {lines:?}"
+            ));
+        }
+        for violation in &decision.violations {
+            if !message.contains(&violation.field) {
+                mismatches.push(format!("field {} is not in the message", violation.field));
+            }
+        }
+        if response.code != Some(422) {
+            mismatches.push(format!("denial code {:?}, want 422", response.code));
+        }
+        if response.mutated_object.is_some() {
+            mismatches.push("a denial carries a mutated object".to_string());
+        }
+    } else {
+        let plan = NicPlan {
+            policy: &policy.name(),
+            nics: &decision.nics,
+            vapp_networks: &decision.vapp_networks,
+        };
+        let operations = patch_operations(case.request.kind, &machine, &decision, Some(&plan));
+        let mut patched = machine.clone();
+        if let Err(err) = json_patch::patch(&mut patched, &operations) {
+            mismatches.push(format!("nicpolicy's patch does not apply: {err}"));
+        }
+        let mutated = response
+            .mutated_object
+            .clone()
+            .unwrap_or_else(|| machine.clone());
+        let webhook = json_patch::diff(&machine, &patched);
+        let kubewarden = json_patch::diff(&machine, &mutated);
+        if webhook != kubewarden {
+            mismatches.push(format!(
+                "the mutation differs:\n    nicpolicy  {}\n    Kubewarden {}",
+                serde_json::to_string(&webhook).unwrap_or_default(),
+                serde_json::to_string(&kubewarden).unwrap_or_default()
+            ));
+        }
+        if operations.is_empty() && response.mutated_object.is_some() {
+            mismatches.push("a mutated object where nicpolicy patches nothing".to_string());
+        }
+    }
+    if mismatches.is_empty() {
+        Ok(Compared::Decided)
+    } else {
+        Err(mismatches)
+    }
+}
