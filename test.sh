@@ -31,3 +31,8 @@ wasm-bindgen --target nodejs --out-dir target/js/pkg \
   target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
 node examples/js/evaluate.mjs target/js/pkg
 node --test examples/js/check-parity.mjs
+
+# The Kubewarden builds through a waPC host built like policy-server (its own Cargo workspace:
+# the Wasmtime features of wasmtime-provider stay out of the host's build), every case suite
+# compared with nicpolicy's host.
+(cd tests/kubewarden && cargo test)

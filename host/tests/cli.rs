@@ -608,3 +608,29 @@ fn export_writes_the_builtin_module() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("capvcd"), "{}", stderr(&output));
 }
+
+#[test]
+fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("capvcd.kubewarden.wasm");
+    let file = path.to_str().unwrap();
+    let output = nicpolicy(&["export", "capvcd", "--format", "kubewarden", "-o", file]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = nicpolicy(&["inspect", file]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    assert!(text.contains("ABI:          Kubewarden waPC (protocol v1)"), "{text}");
+    assert!(text.contains("Reads:        cluster.x-k8s.io/v1beta1 Cluster"), "{text}");
+    assert!(text.contains("waPC check: ok"), "{text}");
+    let output = nicpolicy(&["inspect", "-o", "json", file]);
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(info["kubewarden"]["protocolVersion"], "v1");
+    assert_eq!(info["abiCheck"], "ok");
+    // nicpolicy's own commands refuse it, saying what it is.
+    let mut eval = EXAMPLE.to_vec();
+    eval.extend(["--policy", file]);
+    let output = nicpolicy(&eval);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("Kubewarden (waPC)"), "{}", stderr(&output));
+}
