@@ -3,18 +3,21 @@
 //! Files may hold several documents (`---`) or a `kind: List`, with or without `status` and
 //! `managedFields`; the objects are picked by kind. VCDMachine, VCDMachineTemplate and
 //! VCDCluster are read at `infrastructure.cluster.x-k8s.io/v1beta3` and `v1beta2`, whose network
-//! fields are the same.
+//! fields are the same. Each object is mapped by [`nicpolicy_plugin::objects`]; this module adds
+//! the files: YAML or JSON text, several documents, and errors that name the file, the line and
+//! column, or the object and field.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use nicpolicy_plugin::objects::{self, FieldError};
+use nicpolicy_plugin::objects::{
+    cluster_from_object, inventory_from_object, machine_from_object, FieldError,
+};
 use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use nicpolicy_plugin::objects::{CAPVCD_GROUP, SUPPORTED_VERSIONS};
+pub use nicpolicy_plugin::objects::{check_inventory, CAPVCD_GROUP, SUPPORTED_VERSIONS};
 
 /// Why a manifest could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -215,33 +218,22 @@ impl ManifestFile {
         }
     }
 
-    /// Reads `object` as `T`, with the failing field's path in the error.
-    fn typed<T: DeserializeOwned>(&self, object: &Object) -> Result<T, ManifestError> {
-        serde_path_to_error::deserialize(&object.value).map_err(|err| {
-            let field = err.path().to_string();
-            let field = if field == "." { String::new() } else { field };
-            self.field_error(object, &field, err.inner())
-        })
-    }
-
-    /// Reads `object` with `read`, naming the field (and the object's place in the file) in
-    /// errors.
-    fn mapped<T>(
-        &self,
-        object: &Object,
-        read: fn(&Value) -> Result<T, FieldError>,
-    ) -> Result<T, ManifestError> {
-        read(&object.value).map_err(|err| self.field_error(object, &err.field, err.message))
+    /// An error of [`nicpolicy_plugin::objects`] about `object`, placed in this file.
+    fn object_error(&self, object: &Object, error: FieldError) -> ManifestError {
+        self.field_error(object, &error.field, error.message)
     }
 
     /// The one machine (VCDMachine or VCDMachineTemplate) in the file; `name` picks one when
     /// there are several.
     pub fn machine(&self, name: Option<&str>) -> Result<(ObjectKind, Machine), ManifestError> {
         let object = self.machine_object(name)?;
-        self.mapped(object, objects::read_machine)
+        machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 
     /// The object [`ManifestFile::machine`] reads, as it stands in the file.
+    ///
+    /// # Errors
+    /// As for [`ManifestFile::machine`]: no such machine, or several and no name.
     pub fn machine_object(&self, name: Option<&str>) -> Result<&Object, ManifestError> {
         const KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
         let candidates: Vec<&Object> = self
@@ -314,7 +306,7 @@ impl ManifestFile {
                     }
                 }
             };
-        self.mapped(object, objects::read_vcd_cluster)
+        cluster_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 }
 
@@ -414,7 +406,7 @@ impl ManifestFile {
         }
     }
 
-    /// The file as a network inventory, checked with [`Inventory::check`].
+    /// The file as a network inventory, checked with [`check_inventory`].
     pub fn inventory(&self) -> Result<Inventory, ManifestError> {
         let object = self
             .single("inventory")?
@@ -423,14 +415,7 @@ impl ManifestFile {
                 expected: "network inventory (networks: [...])".to_string(),
                 found: "nothing".to_string(),
             })?;
-        let parsed: crd::InventoryFile = self.typed(object)?;
-        let inventory = Inventory {
-            networks: parsed.networks,
-        };
-        inventory
-            .check()
-            .map_err(|(field, message)| self.field_error(object, &field, message))?;
-        Ok(inventory)
+        inventory_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 }
 
@@ -518,24 +503,6 @@ pub fn build_request(
         inventory,
         settings: Value::Null,
     })
-}
-
-/// The inventory file's shape.
-mod crd {
-    use nicpolicy_plugin::Network;
-    use serde::Deserialize;
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase", deny_unknown_fields)]
-    pub struct InventoryFile {
-        #[serde(default)]
-        #[allow(dead_code)]
-        pub api_version: Option<String>,
-        #[serde(default)]
-        #[allow(dead_code)]
-        pub kind: Option<String>,
-        pub networks: Vec<Network>,
-    }
 }
 
 #[cfg(test)]
@@ -626,7 +593,7 @@ status:
              "staticIpRanges": [{"start": "10.20.0.50", "end": "10.20.0.10"}]}
         ]}))
         .unwrap();
-        let (field, _) = inv.check().unwrap_err();
+        let (field, _) = check_inventory(&inv).unwrap_err();
         assert_eq!(field, "networks[0].staticIpRanges[0]");
     }
 }

@@ -620,8 +620,14 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
     let output = nicpolicy(&["inspect", file]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
-    assert!(text.contains("ABI:          Kubewarden waPC (protocol v1)"), "{text}");
-    assert!(text.contains("Reads:        cluster.x-k8s.io/v1beta1 Cluster"), "{text}");
+    assert!(
+        text.contains("ABI:          Kubewarden waPC (protocol v1)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Reads:        cluster.x-k8s.io/v1beta1 Cluster"),
+        "{text}"
+    );
     assert!(text.contains("waPC check: ok"), "{text}");
     let output = nicpolicy(&["inspect", "-o", "json", file]);
     let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -632,5 +638,9 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
     eval.extend(["--policy", file]);
     let output = nicpolicy(&eval);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("Kubewarden (waPC)"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("Kubewarden (waPC)"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -30,7 +30,7 @@
 
 use serde_json::Value;
 
-use crate::objects::CAPVCD_GROUP;
+use crate::objects::{self, CAPVCD_GROUP};
 use crate::schema::{Decision, Inventory, ObjectKind, Request};
 use crate::settings::describe;
 
@@ -110,18 +110,13 @@ impl Settings {
 }
 
 fn read_inventory(value: &Value) -> Result<Inventory, String> {
-    let inventory: Inventory = serde_path_to_error::deserialize(value).map_err(|err| {
-        let at = err.path().to_string();
-        if at == "." {
-            format!("{INVENTORY_KEY}: {}", err.inner())
+    objects::inventory_from_object(value).map_err(|err| {
+        if err.field.is_empty() {
+            format!("{INVENTORY_KEY}: {}", err.message)
         } else {
-            format!("{INVENTORY_KEY}.{at}: {}", err.inner())
+            format!("{INVENTORY_KEY}.{}: {}", err.field, err.message)
         }
-    })?;
-    inventory
-        .check()
-        .map_err(|(field, why)| format!("{INVENTORY_KEY}.{field}: {why}"))?;
-    Ok(inventory)
+    })
 }
 
 /// The message of a denial: which object is invalid, then every violation on a line of its own

@@ -8,9 +8,13 @@
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
-//! - [`objects`]: reading CAPVCD's Kubernetes objects into the schema, and finding a machine's
-//!   VCDCluster; [`mutation`]: what defaulting writes back into the object;
-//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests.
+//! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
+//!   plan annotation);
+//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests;
+//! - `objects` (feature `objects`): Kubernetes objects mapped to the schema, and the steps from
+//!   a machine to its VCDCluster;
+//! - `kubewarden` (feature `objects`; its waPC exports with feature `kubewarden`): the
+//!   Kubewarden build's settings, messages and entry points.
 //!
 //! A whole policy is one function:
 //!
@@ -33,8 +37,10 @@ pub mod capvcd;
 pub mod guest;
 #[cfg(feature = "js")]
 pub mod js;
+#[cfg(feature = "objects")]
 pub mod kubewarden;
 pub mod mutation;
+#[cfg(feature = "objects")]
 pub mod objects;
 pub mod schema;
 pub mod settings;

@@ -6,7 +6,6 @@
 //! networks, so a policy never parses manifests itself.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -92,8 +91,9 @@ pub enum Operation {
     Update,
 }
 
-/// The Kubernetes kind the machine was read from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The Kubernetes kind the machine was read from. Ordered (VCDMachine first) and hashable, so
+/// hosts key maps by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ObjectKind {
     /// `VCDMachine`: one VM.
     #[serde(rename = "VCDMachine")]
@@ -104,6 +104,14 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
+    /// Both kinds.
+    pub const ALL: [ObjectKind; 2] = [ObjectKind::VcdMachine, ObjectKind::VcdMachineTemplate];
+
+    /// The kind called `kind` (as Kubernetes spells it), if it is one of [`ObjectKind::ALL`].
+    pub fn from_kind(kind: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
     /// Path of the `VCDMachineSpec` inside an object of this kind.
     pub fn spec_path(self) -> &'static str {
         match self {
@@ -239,69 +247,6 @@ impl Inventory {
     pub fn index(&self) -> BTreeMap<&str, &Network> {
         self.networks.iter().map(|n| (n.name.as_str(), n)).collect()
     }
-
-    /// Sanity checks: unique names, addresses that parse, ranges inside the subnet's family and
-    /// in order. Returns the field at fault and why.
-    pub fn check(&self) -> Result<(), (String, String)> {
-        let mut seen = BTreeMap::new();
-        for (i, network) in self.networks.iter().enumerate() {
-            let at = |field: &str| format!("networks[{i}].{field}");
-            if network.name.is_empty() {
-                return Err((at("name"), "must not be empty".into()));
-            }
-            if let Some(first) = seen.insert(network.name.as_str(), i) {
-                return Err((
-                    at("name"),
-                    format!("{:?} is already listed at networks[{first}]", network.name),
-                ));
-            }
-            let gateway = match &network.gateway {
-                Some(text) => Some(parse_ip(text).map_err(|why| (at("gateway"), why))?),
-                None => None,
-            };
-            if let Some(prefix) = network.prefix_length {
-                let max = match gateway {
-                    Some(IpAddr::V6(_)) => 128,
-                    _ => 32,
-                };
-                if prefix > max {
-                    return Err((at("prefixLength"), format!("{prefix} is above {max}")));
-                }
-            }
-            for (j, range) in network.static_ip_ranges.iter().enumerate() {
-                let start = parse_ip(&range.start)
-                    .map_err(|why| (at(&format!("staticIpRanges[{j}].start")), why))?;
-                let end = parse_ip(&range.end)
-                    .map_err(|why| (at(&format!("staticIpRanges[{j}].end")), why))?;
-                let same_family = start.is_ipv4() == end.is_ipv4()
-                    && gateway.is_none_or(|g| g.is_ipv4() == start.is_ipv4());
-                if !same_family {
-                    return Err((
-                        at(&format!("staticIpRanges[{j}]")),
-                        "start, end and gateway must be of one IP family".into(),
-                    ));
-                }
-                if start > end {
-                    return Err((
-                        at(&format!("staticIpRanges[{j}]")),
-                        format!("start {start} is after end {end}"),
-                    ));
-                }
-            }
-            for (j, server) in network.dns.iter().enumerate() {
-                parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
-            }
-            for (j, used) in network.used_ip_addresses.iter().enumerate() {
-                parse_ip(used).map_err(|why| (at(&format!("usedIpAddresses[{j}]")), why))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn parse_ip(text: &str) -> Result<IpAddr, String> {
-    text.parse()
-        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address"))
 }
 
 /// One org VDC network.
@@ -397,6 +342,13 @@ impl Decision {
             violations,
             ..Decision::default()
         }
+    }
+
+    /// This decision with `allowed` set from its violations: allowed exactly when there are
+    /// none. Call it after adding violations to a decision of the CAPVCD rules.
+    pub fn finish(mut self) -> Self {
+        self.allowed = self.violations.is_empty();
+        self
     }
 }
 

@@ -16,9 +16,11 @@ use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-pub use nicpolicy_plugin::objects::cluster_name_of;
-use nicpolicy_plugin::{objects, Cluster};
+use nicpolicy_plugin::Cluster;
 use serde_json::Value;
+
+pub use nicpolicy_plugin::objects::cluster_name_of;
+use nicpolicy_plugin::objects::{self, cluster_from_object, CAPVCD_GROUP};
 
 use crate::manifest::{ManifestError, ManifestFile};
 
@@ -62,9 +64,8 @@ fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> 
 }
 
 /// Reads a VCDCluster object into the schema's [`Cluster`]; `label` names it in errors.
-fn read_vcd_cluster(object: Value, label: &str) -> Result<Cluster, LookupError> {
-    objects::read_vcd_cluster(&object)
-        .map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
+fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError> {
+    cluster_from_object(object).map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
 /// Cluster and VCDCluster objects read from manifest files.
@@ -101,7 +102,7 @@ impl StaticClusters {
                     "VCDCluster" => {
                         // Checked now, so a bad file fails at start rather than per review.
                         let label = format!("{}: VCDCluster {}", path.display(), key.1);
-                        read_vcd_cluster(object.value.clone(), &label).map_err(|err| {
+                        read_vcd_cluster(&object.value, &label).map_err(|err| {
                             ManifestError::Field {
                                 path: path.clone(),
                                 field: object.position.clone(),
@@ -152,7 +153,7 @@ impl ClusterSource for StaticClusters {
                     )
                 })
             })?;
-        read_vcd_cluster(vcd.clone(), &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 }
 
@@ -174,7 +175,7 @@ impl KubeClusters {
             "clusters",
         );
         let vcd_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta3", "VCDCluster"),
+            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", "VCDCluster"),
             "vcdclusters",
         );
         let ready = Arc::new(AtomicBool::new(false));
@@ -252,7 +253,7 @@ impl ClusterSource for KubeClusters {
             map.entry("kind")
                 .or_insert_with(|| Value::String("VCDCluster".to_string()));
         }
-        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(&vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 
     fn ready(&self) -> bool {
@@ -262,8 +263,9 @@ impl ClusterSource for KubeClusters {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::path::Path;
+
+    use super::*;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         std::fs::create_dir_all(dir).unwrap();

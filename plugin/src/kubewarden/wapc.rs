@@ -134,7 +134,7 @@ fn decide(
         }
         objects::fill_metadata(&mut object, &request.namespace, &request.name);
         let (kind, machine) =
-            objects::read_machine(&object).map_err(|err| format!("{label}: {err}"))?;
+            objects::machine_from_object(&object).map_err(|err| format!("{label}: {err}"))?;
         if kind != object_kind {
             return Err(format!(
                 "{label} is a {}, but the request is for a {}",
@@ -259,6 +259,6 @@ fn find_cluster(namespace: &str, cluster_name: &str) -> Result<Cluster, String> 
         map.entry("apiVersion")
             .or_insert_with(|| Value::String(VCD_CLUSTER_API_VERSION.to_string()));
     }
-    objects::read_vcd_cluster(&vcd)
+    objects::cluster_from_object(&vcd)
         .map_err(|err| format!("VCDCluster {namespace}/{vcd_name}: {err}"))
 }
