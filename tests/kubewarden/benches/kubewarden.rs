@@ -18,8 +18,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion};
 use nicpolicy::cases::Case;
 use nicpolicy::{builtin, Host, HostConfig, PolicyOptions};
-use nicpolicy_kubewarden_tests::compare::{objects, settings};
-use nicpolicy_kubewarden_tests::{admission_request, PolicyServer};
+use nicpolicy_kubewarden_tests::compare::{request, settings};
+use nicpolicy_kubewarden_tests::PolicyServer;
 
 /// Cases of the CAPVCD suite: allowed with one extra, three extras, and denied with several
 /// violations.
@@ -48,8 +48,7 @@ fn main() {
     for file in CASES {
         let case = Case::load(&dir.join(file)).expect("case loads");
         let name = file.trim_end_matches(".yaml").to_string();
-        let (machine, old, cluster) = objects(&case);
-        let request = admission_request(&machine, old.as_ref());
+        let (request, cluster) = request(&case);
         let kw_settings = settings(&case, true);
         // Same answer both ways, or the comparison means nothing.
         let decision = policy.evaluate(&case.request).expect("evaluates").decision;

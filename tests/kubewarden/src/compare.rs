@@ -10,7 +10,7 @@
 //!   Kubewarden sends) equals the difference nicpolicy's webhook patch makes.
 
 use nicpolicy::cases::Case;
-use nicpolicy::webhook::review::{patch_operations, NicPlan};
+use nicpolicy::webhook::patch::{patch_operations, NicPlan};
 use nicpolicy::LoadError;
 use nicpolicy_plugin::kubewarden::{INVENTORY_KEY, MUTATING_KEY};
 use nicpolicy_plugin::objects::{cluster_name_of, infrastructure_ref};
@@ -33,12 +33,19 @@ pub enum Compared {
 /// The namespace the API server gives an object created without one.
 const DEFAULT_NAMESPACE: &str = "default";
 
-/// Sets `metadata.namespace` when missing, as the API server does for namespaced objects.
-fn with_namespace(mut object: Value) -> Value {
+fn namespace_of(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
+}
+
+/// Sets `metadata.namespace` when missing, as `kubectl apply -n` does for namespaced objects.
+fn with_namespace(mut object: Value, namespace: &str) -> Value {
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata
             .entry("namespace")
-            .or_insert_with(|| Value::String(DEFAULT_NAMESPACE.to_string()));
+            .or_insert_with(|| Value::String(namespace.to_string()));
     }
     object
 }
@@ -71,14 +78,27 @@ pub fn settings(case: &Case, mutating: bool) -> Value {
 /// reads changes. A cluster file without a Cluster object gets one whose infrastructureRef
 /// names its VCDCluster, as clusterctl generates them.
 pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
+    let vcd_name = &case.request.cluster.name;
+    // Objects without a namespace are in the machine's (or, failing that, the VCDCluster's).
+    let vcd_namespace = case.objects.cluster.iter().find_map(|object| {
+        let is_vcd = object.get("kind").and_then(Value::as_str) == Some("VCDCluster")
+            && object.pointer("/metadata/name").and_then(Value::as_str) == Some(vcd_name);
+        if is_vcd {
+            namespace_of(object)
+        } else {
+            None
+        }
+    });
+    let namespace = namespace_of(&case.objects.machine)
+        .or(vcd_namespace)
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string();
     let mut cluster_objects: Vec<Value> = case
         .objects
         .cluster
         .iter()
-        .cloned()
-        .map(with_namespace)
+        .map(|object| with_namespace(object.clone(), &namespace))
         .collect();
-    let vcd_name = &case.request.cluster.name;
     let owner = cluster_objects
         .iter()
         .find(|object| {
@@ -89,7 +109,7 @@ pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
         .unwrap_or(vcd_name)
         .to_string();
     let label = |object: &Value| {
-        let mut object = with_namespace(object.clone());
+        let mut object = with_namespace(object.clone(), &namespace);
         if cluster_name_of(&object).is_none() {
             if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
                 let labels = metadata
@@ -104,11 +124,6 @@ pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
     };
     let machine = label(&case.objects.machine);
     let old = case.objects.old.as_ref().map(label);
-    let namespace = machine
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_NAMESPACE)
-        .to_string();
     let has_cluster = cluster_objects.iter().any(|object| {
         object.get("kind").and_then(Value::as_str) == Some("Cluster")
             && object.pointer("/metadata/name").and_then(Value::as_str) == Some(owner.as_str())
@@ -132,6 +147,12 @@ pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
             objects: cluster_objects,
         },
     )
+}
+
+/// The AdmissionRequest policy-server would send for `case`, and the cluster's objects.
+pub fn request(case: &Case) -> (Value, Cluster) {
+    let (machine, old, cluster) = objects(case);
+    (admission_request(&machine, old.as_ref()), cluster)
 }
 
 /// Runs `case` through nicpolicy's host (`policy`, the ABI v1 build) and the waPC test host
@@ -174,8 +195,8 @@ pub fn compare(
         .map_err(|err| vec![format!("nicpolicy failed: {err}")])?
         .decision;
 
-    let (machine, old, cluster) = objects(case);
-    let request = admission_request(&machine, old.as_ref());
+    let (request, cluster) = request(case);
+    let machine = request["object"].clone();
     let (response, calls) = kubewarden
         .validate(&request, &kw_settings, &cluster)
         .map_err(|err| vec![format!("validate failed: {err}")])?;

@@ -140,8 +140,12 @@ impl Cluster {
                 request.api_version, request.kind
             ));
         }
+        // The API server serves an object at any version of its group (converting it), so a
+        // v1beta2 fixture answers a v1beta3 read, as CAPVCD's conversion webhook would.
+        let group = |api_version: &str| api_version.split_once('/').map(|(g, _)| g.to_string());
         let found = self.objects.iter().find(|object| {
-            object.get("apiVersion").and_then(Value::as_str) == Some(&request.api_version)
+            object.get("apiVersion").and_then(Value::as_str).map(group)
+                == Some(group(&request.api_version))
                 && object.get("kind").and_then(Value::as_str) == Some(&request.kind)
                 && object.pointer("/metadata/name").and_then(Value::as_str) == Some(&request.name)
                 && object
@@ -150,7 +154,11 @@ impl Cluster {
                     == request.namespace.as_deref()
         });
         match found {
-            Some(object) => serde_json::to_vec(object).map_err(|err| err.to_string()),
+            Some(object) => {
+                let mut object = object.clone();
+                object["apiVersion"] = Value::String(request.api_version.clone());
+                serde_json::to_vec(&object).map_err(|err| err.to_string())
+            }
             None => Err(format!(
                 "{} {:?} not found in namespace {:?}",
                 request.kind,

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use nicpolicy::cases::{discover, Case};
 use nicpolicy::{builtin, Host, HostConfig, PolicyOptions};
-use nicpolicy_kubewarden_tests::compare::{compare, objects, settings, Compared};
-use nicpolicy_kubewarden_tests::{admission_request, Cluster, HostError, PolicyServer};
+use nicpolicy_kubewarden_tests::compare::{compare, request, settings, Compared};
+use nicpolicy_kubewarden_tests::{Cluster, HostError, PolicyServer};
 use serde_json::{json, Value};
 
 fn cases_dir(name: &str) -> PathBuf {
@@ -186,8 +186,7 @@ fn strip_section(wasm: &[u8], name: &str) -> Vec<u8> {
 fn validating_mode_never_returns_a_mutated_object() {
     let kubewarden = server("capvcd");
     let case = capvcd_case("02-one-extra.yaml");
-    let (machine, old, cluster) = objects(&case);
-    let request = admission_request(&machine, old.as_ref());
+    let (request, cluster) = request(&case);
     let (mutating, _) = kubewarden
         .validate(&request, &settings(&case, true), &cluster)
         .expect("answers");
@@ -205,8 +204,7 @@ fn validating_mode_never_returns_a_mutated_object() {
 fn a_machine_of_an_unknown_cluster_is_admitted_with_a_warning() {
     let kubewarden = server("capvcd");
     let case = capvcd_case("09-duplicate-extra.yaml");
-    let (machine, old, _) = objects(&case);
-    let request = admission_request(&machine, old.as_ref());
+    let (request, _) = request(&case);
     let (response, calls) = kubewarden
         .validate(&request, &settings(&case, true), &Cluster::default())
         .expect("answers");
@@ -229,8 +227,7 @@ fn undeclared_resources_are_refused_by_the_host() {
         .context_aware_resources
         .retain(|r| r.kind != "Cluster");
     let case = capvcd_case("09-duplicate-extra.yaml");
-    let (machine, old, cluster) = objects(&case);
-    let request = admission_request(&machine, old.as_ref());
+    let (request, cluster) = request(&case);
     let (response, _) = kubewarden
         .validate(&request, &settings(&case, true), &cluster)
         .expect("answers");
@@ -242,8 +239,7 @@ fn undeclared_resources_are_refused_by_the_host() {
 fn the_cluster_is_read_through_get_resource() {
     let kubewarden = server("capvcd");
     let case = capvcd_case("02-one-extra.yaml");
-    let (machine, old, cluster) = objects(&case);
-    let request = admission_request(&machine, old.as_ref());
+    let (request, cluster) = request(&case);
     let (_, calls) = kubewarden
         .validate(&request, &settings(&case, true), &cluster)
         .expect("answers");
@@ -274,8 +270,7 @@ fn hostile_requests_get_an_error_that_names_the_cause() {
     let message = guest_error(br#"{"request": {"kind": 7}, "settings": {}}"#);
     assert!(message.contains("request.kind"), "{message}");
     let case = capvcd_case("02-one-extra.yaml");
-    let (machine, _, _) = objects(&case);
-    let mut request = admission_request(&machine, None);
+    let (mut request, _) = request(&case);
     request["operation"] = json!("FROB");
     let payload = serde_json::to_vec(&json!({"request": request, "settings": {}})).unwrap();
     let message = guest_error(&payload);
