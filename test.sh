@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
-# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime).
+# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
+# then the playground page in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,3 +32,9 @@ wasm-bindgen --target nodejs --out-dir target/js/pkg \
   target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
 node examples/js/evaluate.mjs target/js/pkg
 node --test examples/js/check-parity.mjs
+
+# The playground page in headless Chromium (Debian's `chromium`; playwright-core never downloads a
+# browser), served by the binary `cargo test` built and checked against its decisions.
+# Screenshots: target/playground-screenshots/.
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/playground --no-audit --no-fund
+NICPOLICY_BIN="$nicpolicy" node --test --test-concurrency=1 tests/playground/browser.test.mjs

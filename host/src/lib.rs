@@ -30,7 +30,8 @@
 //! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
 //! policies evaluated in order as one), [`inspect`] (reading a module without running it),
 //! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`).
+//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`), [`playground`]
+//! (the page of `nicpolicy playground`).
 
 pub mod builtin;
 pub mod cache;
@@ -41,6 +42,7 @@ pub mod error;
 pub mod inspect;
 pub mod limits;
 pub mod manifest;
+pub mod playground;
 pub mod policy;
 pub mod webhook;
 

@@ -48,6 +48,9 @@ enum Command {
     Review(cli::serve::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(ExportArgs),
+    /// Serve the playground page: paste manifests, see every machine's NICs drawn and decided
+    /// by the built-in policies, in the browser.
+    Playground(cli::playground::PlaygroundArgs),
 }
 
 #[derive(clap::Args)]
@@ -314,6 +317,9 @@ fn main() -> ExitCode {
         Command::Test(args) => test_cmd(args, &positions),
         Command::Serve(args) => cli::serve::serve(args).map(|()| 0).map_err(usage),
         Command::Export(args) => export_cmd(args),
+        Command::Playground(args) => cli::playground::playground(args)
+            .map(|()| 0)
+            .map_err(usage),
         Command::Review(args) => match cli::serve::review(args) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(exit::DENIED),
