@@ -34,10 +34,13 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// Builds the page (or takes `NICPOLICY_PLAYGROUND_DIR`) and writes the list of its files.
 pub fn embed(workspace: &Path, crates: &[PolicyCrate], out_dir: &Path) {
     println!("cargo:rerun-if-env-changed=NICPOLICY_PLAYGROUND_DIR");
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace.join("host/playground").display()
-    );
+    // The page's crate, and the host's manifest reader it compiles (see its lib.rs).
+    for watched in ["host/playground", "host/src/manifest.rs"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
+    }
     for (_, file) in EXAMPLES {
         println!("cargo:rerun-if-changed={}", workspace.join(file).display());
     }
@@ -91,7 +94,10 @@ fn build(workspace: &Path, crates: &[PolicyCrate], page: &Path) {
     let built = target_dir.join(WASM_TARGET).join(JS_PROFILE);
     let mut index = String::from("[");
     for package in std::iter::once(PLAYGROUND_PACKAGE).chain(crates.iter().map(|c| &*c.package)) {
-        bindgen(&built.join(format!("{}.wasm", package.replace('-', "_"))), &pkg);
+        bindgen(
+            &built.join(format!("{}.wasm", package.replace('-', "_"))),
+            &pkg,
+        );
     }
     for (i, policy) in crates.iter().enumerate() {
         let separator = if i == 0 { "" } else { "," };

@@ -317,9 +317,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test_cmd(args, &positions),
         Command::Serve(args) => cli::serve::serve(args).map(|()| 0).map_err(usage),
         Command::Export(args) => export_cmd(args),
-        Command::Playground(args) => cli::playground::playground(args)
-            .map(|()| 0)
-            .map_err(usage),
+        Command::Playground(args) => cli::playground::playground(args).map(|()| 0).map_err(usage),
         Command::Review(args) => match cli::serve::review(args) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(exit::DENIED),

@@ -167,11 +167,11 @@ test("the invalid machine: the duplicates and the unknown network are marked whe
   // Every planned NIC, in the order and on the network Wasmtime planned.
   assert.deepEqual(
     picture.nics.map((n) => [n.index, n.network, n.primary]),
-    cli.decision.nics.map((n) => [n.index, n.network, n.primary]),
+    cli.nics.map((n) => [n.index, n.network, n.primary]),
   );
   assert.equal(picture.nics.length, 6);
   // Each violation drawn once, on NIC i + 1 for extraOvdcNetworks[i].
-  assert.deepEqual(picture.marks, cli.decision.violations.map((v) => v.field));
+  assert.deepEqual(picture.marks, cli.violations.map((v) => v.field));
   assert.deepEqual(
     picture.nics.filter((n) => n.violations.length).map((n) => [n.index, n.violations]),
     [
@@ -249,7 +249,13 @@ test("malformed YAML shows its line next to the input, as nicpolicy eval reports
   const error = page.locator("#machines-error");
   assert.equal(await error.isVisible(), true);
   assert.equal(await error.locator(".at").textContent(), `line ${line}, column ${column}`);
-  assert.ok(cliError.includes((await error.textContent()).split(": ").slice(1).join(": ").trim().split("\n")[0]), `${cliError} vs ${await error.textContent()}`);
+  // The same reason as the CLI's `machines:LINE:COLUMN: REASON`.
+  const shown = (await error.textContent()).replace(`line ${line}, column ${column}`, "").trim();
+  assert.ok(shown.length > 0 && cliError.includes(`machines:${line}:${column}: ${shown}`), `${cliError} vs ${shown}`);
+  // Its link selects the line in the text area.
+  await error.locator(".at").click();
+  const selected = await page.locator("#machines").evaluate((area) => area.value.slice(area.selectionStart, area.selectionEnd));
+  assert.equal(selected, broken.split("\n")[Number(line) - 1]);
   assert.equal(await page.locator("#machines").evaluate((area) => area.classList.contains("invalid")), true);
   // A field of the wrong type is named by its path.
   await evaluated(page, () => page.fill("#machines", broken.replace("prod-eu1\n", "prod-eu1}\n").replace("[storage-net]", "[{name: storage-net}]")));

@@ -182,8 +182,8 @@ fn entry(
     inventory: Option<&Inventory>,
 ) -> MachineEntry {
     let single = ManifestFile::from_documents(&file.path, vec![object.value.clone()]);
-    let request = single
-        .and_then(|single| build_request(&single, None, cluster, None, inventory.cloned()));
+    let request =
+        single.and_then(|single| build_request(&single, None, cluster, None, inventory.cloned()));
     let (request, error) = match request {
         Ok(request) => (Some(request), None),
         Err(error) => {
@@ -213,7 +213,13 @@ fn found(files: &[&ManifestFile]) -> String {
     let kinds: Vec<&str> = files
         .iter()
         .flat_map(|file| file.objects.iter().map(Object::kind))
-        .map(|kind| if kind.is_empty() { "an object without kind" } else { kind })
+        .map(|kind| {
+            if kind.is_empty() {
+                "an object without kind"
+            } else {
+                kind
+            }
+        })
         .collect();
     if kinds.is_empty() {
         "nothing".to_string()
@@ -252,7 +258,10 @@ mod tests {
             request.machine.extra_ovdc_networks,
             ["storage-net", "workload-net"]
         );
-        assert_eq!(request.inventory.as_ref().map(|i| i.networks.len()), Some(5));
+        assert_eq!(
+            request.inventory.as_ref().map(|i| i.networks.len()),
+            Some(5)
+        );
     }
 
     #[test]
@@ -363,7 +372,10 @@ spec:
             SettingsOutcome::Settings(value) => assert_eq!(value["maxNics"], 6),
             SettingsOutcome::Error(error) => panic!("{error:?}"),
         }
-        assert!(matches!(settings("settings", ""), SettingsOutcome::Settings(Value::Null)));
+        assert!(matches!(
+            settings("settings", ""),
+            SettingsOutcome::Settings(Value::Null)
+        ));
         assert!(matches!(
             settings("settings", "- 1\n- 2\n"),
             SettingsOutcome::Error(_)

@@ -180,10 +180,19 @@ function showError(box, errors) {
         field.textContent = error.field;
         line.append(field, " ");
       }
-      line.append(error.message);
+      line.append(reason(error));
       return line;
     }),
   );
+}
+
+/** The message without the input's name, line and field, which the error box shows apart. */
+function reason(error) {
+  let text = error.message;
+  const location = text.match(/^[^:]*(?::\d+)*: /);
+  if (location && location[0].startsWith(error.input)) text = text.slice(location[0].length);
+  if (error.field && text.startsWith(`${error.field}: `)) text = text.slice(error.field.length + 2);
+  return text;
 }
 
 function selectLine(area, number) {

@@ -8,11 +8,11 @@ import { specPath } from "./decide.js";
 const ROW = 66; // height of one NIC row
 const TOP = 64; // VM title
 const VM_X = 16;
-const VM_W = 300;
-const NET_X = 400;
+const VM_W = 290;
+const NET_X = 430;
 const NET_W = 210;
-const NOTE_X = 636;
-const WIDTH = 1060;
+const NOTE_X = 670;
+const WIDTH = 1090;
 
 const esc = (text) =>
   String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);

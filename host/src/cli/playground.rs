@@ -58,7 +58,11 @@ pub fn playground(args: PlaygroundArgs) -> Result<()> {
 
 async fn serve_file(method: Method, uri: Uri) -> Response {
     if method != Method::GET && method != Method::HEAD {
-        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "GET, HEAD")]).into_response();
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD")],
+        )
+            .into_response();
     }
     match playground::file(uri.path()) {
         Some((bytes, content_type)) => (
