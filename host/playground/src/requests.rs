@@ -134,16 +134,16 @@ pub fn read(inputs: &Inputs<'_>) -> Outcome {
         }
     }
     if outcome.machines.is_empty() {
-        outcome.errors.push(InputError {
-            input: "machines".to_string(),
-            line: None,
-            column: None,
-            field: None,
-            message: format!(
-                "no VCDMachine or VCDMachineTemplate in the cluster or machines input (found: {})",
-                found(&[&cluster, &machines])
-            ),
-        });
+        // The host's own "no machine" error, naming the kinds that were found in both inputs.
+        let everything: Vec<Value> = [&cluster, &machines]
+            .iter()
+            .flat_map(|file| file.objects.iter().map(|object| object.value.clone()))
+            .collect();
+        if let Err(error) = ManifestFile::from_documents(Path::new("machines"), everything)
+            .and_then(|file| file.machine(None).map(|_| ()))
+        {
+            outcome.errors.push(error.into());
+        }
     }
     outcome
 }
@@ -206,25 +206,6 @@ fn entry(
         name: object.name().to_string(),
         request,
         error,
-    }
-}
-
-fn found(files: &[&ManifestFile]) -> String {
-    let kinds: Vec<&str> = files
-        .iter()
-        .flat_map(|file| file.objects.iter().map(Object::kind))
-        .map(|kind| {
-            if kind.is_empty() {
-                "an object without kind"
-            } else {
-                kind
-            }
-        })
-        .collect();
-    if kinds.is_empty() {
-        "nothing".to_string()
-    } else {
-        kinds.join(", ")
     }
 }
 
