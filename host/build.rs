@@ -32,6 +32,11 @@ fn main() {
         .expect("host/ sits in the workspace")
         .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
+    // Without the `builtin` feature nothing is embedded: an embedder of the library does not
+    // build policy crates inside its own build.
+    if env::var_os("CARGO_FEATURE_BUILTIN").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=NICPOLICY_POLICY_DIR");
     println!("cargo:rerun-if-env-changed=WASM_OPT");
     for watched in ["plugin/src", "plugin/Cargo.toml", "policies", "Cargo.lock"] {
@@ -73,10 +78,12 @@ fn main() {
     generated.push_str("];\n");
     std::fs::write(out_dir.join("builtin_policies.rs"), generated).expect("write generated code");
 
+    #[cfg(feature = "playground")]
     page::embed(&workspace, &crates, &out_dir);
 }
 
 /// The playground page's build, in a file of its own.
+#[cfg(feature = "playground")]
 #[path = "build/page.rs"]
 mod page;
 

@@ -9,10 +9,13 @@ use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use nicpolicy::playground;
 
+use super::{runtime, usage, Failure};
+
 /// What the page may load: its own files only (no CDN), and compiling WebAssembly.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
      style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'";
 
+/// Options of `nicpolicy playground`.
 #[derive(clap::Args)]
 pub struct PlaygroundArgs {
     /// Address to serve the page on (port 0 picks a free port; the URL is printed).
@@ -23,20 +26,27 @@ pub struct PlaygroundArgs {
     out: Option<PathBuf>,
 }
 
-/// Runs the command: writes the page, or serves it until Ctrl-C.
-pub fn playground(args: PlaygroundArgs) -> Result<()> {
+/// Runs `nicpolicy playground`: writes the page, or serves it until Ctrl-C.
+pub fn run(args: PlaygroundArgs) -> Result<u8, Failure> {
     if let Some(dir) = args.out {
-        let written = playground::write_to(&dir)?;
+        let written = playground::write_to(&dir).map_err(usage)?;
         println!(
             "wrote the playground ({written} files) to {}; serve that directory over HTTP \
              (browsers do not run WebAssembly modules from file:// pages)",
             dir.display()
         );
-        return Ok(());
+        return Ok(0);
     }
+    // A port that cannot be had is a usage error; the server failing later is a run-time one.
     let listener = std::net::TcpListener::bind(args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    listener.set_nonblocking(true)?;
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .with_context(|| format!("cannot listen on {}", args.listen))
+        .map_err(usage)?;
+    serve(listener).map_err(runtime)?;
+    Ok(0)
+}
+
+fn serve(listener: std::net::TcpListener) -> Result<()> {
     let address = listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
