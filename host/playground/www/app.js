@@ -240,7 +240,13 @@ async function evaluate() {
 
 function render() {
   const chain = loadChain();
-  const outcome = JSON.parse(readManifests($("#cluster").value, $("#machines").value, $("#inventory").value));
+  let outcome;
+  try {
+    outcome = JSON.parse(readManifests($("#cluster").value, $("#machines").value, $("#inventory").value));
+  } catch (err) {
+    // The reader never panics on bad input; should it trap all the same, say so and keep going.
+    outcome = { machines: [], errors: [{ input: "cluster", message: `the manifest reader failed: ${err.message ?? err}` }] };
+  }
   const byInput = Object.fromEntries(INPUTS.map((id) => [id, []]));
   for (const error of outcome.errors) (byInput[error.input] ?? byInput.machines).push(error);
   for (const machine of outcome.machines) {
