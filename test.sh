@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
-# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime).
+# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
+# then the end-to-end suites against a real kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,3 +32,7 @@ wasm-bindgen --target nodejs --out-dir target/js/pkg \
   target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
 node examples/js/evaluate.mjs target/js/pkg
 node --test examples/js/check-parity.mjs
+
+# End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
+# modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
+tests/e2e/run.sh
