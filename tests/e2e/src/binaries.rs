@@ -76,7 +76,8 @@ fn locate() -> Result<Binaries, String> {
         (&found.etcd, format!("run {}", build.display())),
         (
             &found.nicpolicy,
-            "run tests/e2e/run.sh, which builds it with `cargo test --workspace --no-run`".to_string(),
+            "run tests/e2e/run.sh, which builds it with `cargo test --workspace --no-run`"
+                .to_string(),
         ),
     ] {
         if !path.is_file() {

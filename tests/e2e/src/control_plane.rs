@@ -106,7 +106,10 @@ impl ControlPlane {
                 .args(["get", "--raw", "/readyz"])
                 .output()?;
             if output.status.success() {
-                eprintln!("e2e: kube-apiserver ready in {:.1} s", start.elapsed().as_secs_f64());
+                eprintln!(
+                    "e2e: kube-apiserver ready in {:.1} s",
+                    start.elapsed().as_secs_f64()
+                );
                 return Ok(());
             }
             if start.elapsed() > timeout {
@@ -151,8 +154,13 @@ impl ControlPlane {
         let status = self.apiserver.stop(Duration::from_secs(30));
         eprintln!("e2e: kube-apiserver stopped ({status}); down for {down_for:?}");
         std::thread::sleep(down_for);
-        self.apiserver =
-            start_apiserver(binaries(), &self.dir, &self.pki, self.etcd_port, self.api_port)?;
+        self.apiserver = start_apiserver(
+            binaries(),
+            &self.dir,
+            &self.pki,
+            self.etcd_port,
+            self.api_port,
+        )?;
         self.wait_ready(READY_TIMEOUT)
     }
 
@@ -212,19 +220,30 @@ fn start_apiserver(
     port: u16,
 ) -> anyhow::Result<Process> {
     let mut command = Command::new(&bins.kube_apiserver);
-    let sa_key = pki.service_account_key.display().to_string();
     command
         .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
         .arg(format!("--secure-port={port}"))
         .arg("--bind-address=127.0.0.1")
         .arg("--advertise-address=127.0.0.1")
-        .arg(format!("--cert-dir={}", dir.join("apiserver-certs").display()))
+        .arg(format!(
+            "--cert-dir={}",
+            dir.join("apiserver-certs").display()
+        ))
         .arg(format!("--tls-cert-file={}", pki.serving_cert.display()))
-        .arg(format!("--tls-private-key-file={}", pki.serving_key.display()))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            pki.serving_key.display()
+        ))
         .arg(format!("--client-ca-file={}", pki.ca_file.display()))
         .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-        .arg(format!("--service-account-key-file={sa_key}"))
-        .arg(format!("--service-account-signing-key-file={sa_key}"))
+        .arg(format!(
+            "--service-account-key-file={}",
+            pki.service_account_public_key.display()
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            pki.service_account_key.display()
+        ))
         .arg("--service-cluster-ip-range=10.0.0.0/24")
         .arg("--authorization-mode=RBAC")
         // No controller manager creates service-account tokens; tokens come from TokenRequest.

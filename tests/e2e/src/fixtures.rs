@@ -72,7 +72,12 @@ spec:
 
 /// A worker VCDMachine of `cluster` (None: no cluster label); `extras` None leaves
 /// `extraOvdcNetworks` out.
-pub fn worker(namespace: &str, name: &str, cluster: Option<&str>, extras: Option<&[&str]>) -> Value {
+pub fn worker(
+    namespace: &str,
+    name: &str,
+    cluster: Option<&str>,
+    extras: Option<&[&str]>,
+) -> Value {
     let mut labels = json!({});
     if let Some(cluster) = cluster {
         labels["cluster.x-k8s.io/cluster-name"] = json!(cluster);
@@ -110,7 +115,12 @@ pub fn control_plane(namespace: &str, name: &str, cluster: &str, extras: &[&str]
 }
 
 /// A worker VCDMachineTemplate; with `cluster`, labelled with it.
-pub fn template(namespace: &str, name: &str, cluster: Option<&str>, extras: Option<&[&str]>) -> Value {
+pub fn template(
+    namespace: &str,
+    name: &str,
+    cluster: Option<&str>,
+    extras: Option<&[&str]>,
+) -> Value {
     let machine = worker(namespace, name, None, extras);
     let mut labels = json!({});
     if let Some(cluster) = cluster {
@@ -144,7 +154,11 @@ pub fn api(client: &kube::Client, namespace: &str, kind: &str) -> Api<DynamicObj
 
 /// Creates `object` through kube-rs as a controller does (`dry_run`: server-side dry run);
 /// returns the object as the API server stored (or would store) it.
-pub async fn create(client: &kube::Client, object: &Value, dry_run: bool) -> Result<Value, kube::Error> {
+pub async fn create(
+    client: &kube::Client,
+    object: &Value,
+    dry_run: bool,
+) -> Result<Value, kube::Error> {
     let kind = object["kind"].as_str().expect("kind");
     let namespace = object["metadata"]["namespace"].as_str().expect("namespace");
     let typed: DynamicObject = serde_json::from_value(object.clone()).expect("a valid object");
@@ -217,7 +231,12 @@ pub fn refusal(err: &kube::Error) -> (u16, String, String, Vec<(String, String)>
                         .collect()
                 })
                 .unwrap_or_default();
-            (status.code, status.reason.clone(), status.message.clone(), causes)
+            (
+                status.code,
+                status.reason.clone(),
+                status.message.clone(),
+                causes,
+            )
         }
         other => panic!("expected a refusal from the API server, got {other}"),
     }
@@ -228,11 +247,21 @@ pub const CACHE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Dry-run creates a worker of `cluster` until its NIC plan starts with `primary`: the
 /// webhook's caches know the cluster as it is now. Returns how long that took.
-pub async fn planned_on(client: &kube::Client, namespace: &str, cluster: &str, primary: &str) -> Duration {
+pub async fn planned_on(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    primary: &str,
+) -> Duration {
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < CACHE_DEADLINE {
-        let probe = worker(namespace, &format!("{cluster}-md-0-probe"), Some(cluster), None);
+        let probe = worker(
+            namespace,
+            &format!("{cluster}-md-0-probe"),
+            Some(cluster),
+            None,
+        );
         match create(client, &probe, true).await {
             Ok(object) if plan_networks(&object).first().map(String::as_str) == Some(primary) => {
                 return start.elapsed();

@@ -51,7 +51,8 @@ impl Kubectl {
             .unwrap_or_else(|err| panic!("cannot run {}: {err}", self.bin.display()));
         if let Some(text) = stdin {
             let mut pipe = child.stdin.take().expect("stdin is piped");
-            pipe.write_all(text.as_bytes()).expect("kubectl reads its input");
+            pipe.write_all(text.as_bytes())
+                .expect("kubectl reads its input");
         }
         let output = child.wait_with_output().expect("kubectl finishes");
         let result = Output {
@@ -79,7 +80,12 @@ impl Kubectl {
     /// Runs `kubectl ARGS` and returns stdout; panics with what it printed when it fails.
     pub fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
-        assert!(output.success, "kubectl {} failed:\n{}", args.join(" "), output.stderr);
+        assert!(
+            output.success,
+            "kubectl {} failed:\n{}",
+            args.join(" "),
+            output.stderr
+        );
         output.stdout
     }
 

@@ -19,9 +19,11 @@ pub struct Pki {
     pub serving_cert: PathBuf,
     /// kube-apiserver's serving key.
     pub serving_key: PathBuf,
-    /// The service-account signing key (ECDSA P-256, PKCS#8): tokens are signed and checked
+    /// The service-account signing key (ECDSA P-256, PKCS#8): kube-apiserver signs tokens
     /// with it.
     pub service_account_key: PathBuf,
+    /// Its public key, which kube-apiserver checks tokens with.
+    pub service_account_public_key: PathBuf,
     issuer: Issuer<'static, KeyPair>,
     dir: PathBuf,
 }
@@ -69,13 +71,17 @@ impl Pki {
         std::fs::write(&serving_key, key.serialize_pem())?;
 
         let service_account_key = dir.join("service-account.key");
-        std::fs::write(&service_account_key, KeyPair::generate()?.serialize_pem())?;
+        let service_account_public_key = dir.join("service-account.pub");
+        let signing = KeyPair::generate()?;
+        std::fs::write(&service_account_key, signing.serialize_pem())?;
+        std::fs::write(&service_account_public_key, signing.public_key_pem())?;
         Ok(Pki {
             ca_file,
             ca_pem,
             serving_cert,
             serving_key,
             service_account_key,
+            service_account_public_key,
             issuer,
             dir: dir.to_path_buf(),
         })

@@ -79,7 +79,11 @@ pub fn service_account_kubeconfig(plane: &ControlPlane) -> PathBuf {
     }
     let kubectl = plane.kubectl();
     let config = workspace().join("config");
-    kubectl.ok(&["apply", "-f", &config.join("namespace.yaml").to_string_lossy()]);
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &config.join("namespace.yaml").to_string_lossy(),
+    ]);
     kubectl.ok(&[
         "apply",
         "-n",
@@ -146,12 +150,8 @@ impl Webhook {
                 "NICPOLICY_CACHE_DIR",
                 std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
             );
-        let process = Process::spawn(
-            "nicpolicy",
-            command,
-            &self.config_dir.join("nicpolicy.log"),
-        )
-        .expect("nicpolicy serve starts");
+        let process = Process::spawn("nicpolicy", command, &self.config_dir.join("nicpolicy.log"))
+            .expect("nicpolicy serve starts");
         self.process = Some(process);
         self.wait_ready().await;
     }
@@ -161,16 +161,18 @@ impl Webhook {
         loop {
             if let Some(process) = self.process.as_mut() {
                 if !process.running() {
-                    panic!(
-                        "nicpolicy serve exited:\n{}",
-                        process.log_tail(30)
-                    );
+                    panic!("nicpolicy serve exited:\n{}", process.log_tail(30));
                 }
             }
             if self.ca_file.is_file() {
                 let ca = std::fs::read(&self.ca_file).expect("CA bundle");
+                // No kept-alive connection: the tests stop nicpolicy from synchronous code, and
+                // an idle connection whose client task cannot run would hold the server's
+                // graceful shutdown for its whole grace period.
                 let http = reqwest::Client::builder()
                     .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("PEM"))
+                    .http1_only()
+                    .pool_max_idle_per_host(0)
                     .timeout(Duration::from_secs(5))
                     .build()
                     .expect("HTTPS client");
@@ -302,11 +304,11 @@ impl Webhook {
     /// Stops the process (SIGTERM); the webhook configurations stay registered, as when every
     /// replica is down.
     pub fn stop(&mut self) {
+        self.http = None;
         if let Some(mut process) = self.process.take() {
             let status = process.stop(Duration::from_secs(30));
             eprintln!("e2e: nicpolicy serve stopped: {status}");
         }
-        self.http = None;
     }
 
     /// Starts the process again on the same port with the same configuration directory.

@@ -41,7 +41,13 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
     let kubectl = plane.kubectl();
     let crds = workspace().join("tests/e2e/fixtures/cert-manager-crds.yaml");
     kubectl.ok(&["apply", "-f", &crds.to_string_lossy()]);
-    kubectl.ok(&["wait", "--for=condition=Established", "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io"]);
+    kubectl.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/issuers.cert-manager.io",
+        "crd/certificates.cert-manager.io",
+    ]);
 
     let config = plane.dir.join("config");
     copy_config(&config);
@@ -52,12 +58,23 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
     // Client-side apply would store the whole ConfigMap again in its last-applied annotation,
     // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
     let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &config_arg]);
-    assert!(!client_side.success, "client-side apply of the module's ConfigMap went through");
-    assert!(client_side.stderr.contains("Too long"), "{}", client_side.stderr);
+    assert!(
+        !client_side.success,
+        "client-side apply of the module's ConfigMap went through"
+    );
+    assert!(
+        client_side.stderr.contains("Too long"),
+        "{}",
+        client_side.stderr
+    );
 
     // Step 4, as written.
     let applied = kubectl.run(&["apply", "--server-side", "-k", &config_arg]);
-    assert!(applied.success, "kubectl apply --server-side -k config/ failed:\n{}", applied.stderr);
+    assert!(
+        applied.success,
+        "kubectl apply --server-side -k config/ failed:\n{}",
+        applied.stderr
+    );
     for object in [
         "namespace/nicpolicy-system serverside-applied",
         "serviceaccount/nicpolicy-webhook serverside-applied",
@@ -72,33 +89,78 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy serverside-applied",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy serverside-applied",
     ] {
-        assert!(applied.stdout.contains(object), "{object} missing from:\n{}", applied.stdout);
+        assert!(
+            applied.stdout.contains(object),
+            "{object} missing from:\n{}",
+            applied.stdout
+        );
     }
     let stored_module = || {
-        let map: Value = serde_json::from_str(&kubectl.ok(&["get", "configmap", "-n", "nicpolicy-system", "nicpolicy-config", "-o", "json"]))
-            .expect("JSON");
-        let text = map["binaryData"]["policy.wasm"].as_str().expect("the module is in binaryData");
-        assert!(map["data"]["nicpolicy.yaml"].as_str().is_some_and(|c| c.contains("path: policy.wasm")));
-        assert!(map["data"]["inventory.yaml"].is_string());
-        base64::engine::general_purpose::STANDARD.decode(text).expect("base64")
-    };
-    assert!(stored_module() == module, "the ConfigMap does not carry the exported module");
-    let deployment: Value = serde_json::from_str(&kubectl.ok(&["get", "deployment", "-n", "nicpolicy-system", "nicpolicy-webhook", "-o", "json"]))
+        let map: Value = serde_json::from_str(&kubectl.ok(&[
+            "get",
+            "configmap",
+            "-n",
+            "nicpolicy-system",
+            "nicpolicy-config",
+            "-o",
+            "json",
+        ]))
         .expect("JSON");
-    assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], "nicpolicy-webhook");
+        let text = map["binaryData"]["policy.wasm"]
+            .as_str()
+            .expect("the module is in binaryData");
+        assert!(map["data"]["nicpolicy.yaml"]
+            .as_str()
+            .is_some_and(|c| c.contains("path: policy.wasm")));
+        assert!(map["data"]["inventory.yaml"].is_string());
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .expect("base64")
+    };
+    assert!(
+        stored_module() == module,
+        "the ConfigMap does not carry the exported module"
+    );
+    let deployment: Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "deployment",
+        "-n",
+        "nicpolicy-system",
+        "nicpolicy-webhook",
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "nicpolicy-webhook"
+    );
 
     // A site's own module: copied over policy.wasm and applied again, no other edit; the
     // ConfigMap is updated in place (what the running pods hot-reload).
     let own = export("zone-aware", &plane.dir.join("site-policy.wasm"));
     assert!(own != module);
-    std::fs::copy(plane.dir.join("site-policy.wasm"), config.join("nicpolicy/policy.wasm")).expect("copy");
+    std::fs::copy(
+        plane.dir.join("site-policy.wasm"),
+        config.join("nicpolicy/policy.wasm"),
+    )
+    .expect("copy");
     let reapplied = kubectl.run(&["apply", "--server-side", "-k", &config_arg]);
     assert!(reapplied.success, "{}", reapplied.stderr);
-    assert!(stored_module() == own, "the ConfigMap was not updated with the site's module");
+    assert!(
+        stored_module() == own,
+        "the ConfigMap was not updated with the site's module"
+    );
 
     // Without a module, kustomize names the missing file.
     std::fs::remove_file(config.join("nicpolicy/policy.wasm")).expect("remove");
-    let missing = kubectl.run(&["apply", "--server-side", "--dry-run=server", "-k", &config_arg]);
+    let missing = kubectl.run(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        &config_arg,
+    ]);
     assert!(!missing.success);
     assert!(missing.stderr.contains("policy.wasm"), "{}", missing.stderr);
 }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use nicpolicy_e2e::fixtures::{cluster, create, extras, namespace, plan_networks, planned_on, worker, WORKER_DEFAULTS};
+use nicpolicy_e2e::fixtures::{
+    cluster, create, extras, namespace, plan_networks, planned_on, worker, WORKER_DEFAULTS,
+};
 use nicpolicy_e2e::webhook::shipped_config;
 use nicpolicy_e2e::{ControlPlane, Webhook};
 
@@ -16,23 +18,40 @@ async fn reviews_and_watches_survive_an_api_server_restart() {
     let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "restarts")).await;
     webhook.register().await;
     let client = plane.client().await;
-    create(&client, &worker("prod-eu1", "prod-eu1-md-0-a1", Some("prod-eu1"), None), false)
-        .await
-        .expect("admitted before the restart");
+    create(
+        &client,
+        &worker("prod-eu1", "prod-eu1-md-0-a1", Some("prod-eu1"), None),
+        false,
+    )
+    .await
+    .expect("admitted before the restart");
 
     for round in 1..=2 {
         plane
             .restart_apiserver(Duration::from_secs(3))
             .expect("kube-apiserver comes back");
-        assert!(webhook.running(), "nicpolicy exited while the API server was down:\n{}", webhook.log_tail(30));
+        assert!(
+            webhook.running(),
+            "nicpolicy exited while the API server was down:\n{}",
+            webhook.log_tail(30)
+        );
         // A new client: the old connections went with the old process.
         let client = plane.client().await;
 
         // Reviews work again, from the caches nicpolicy kept.
         let name = format!("prod-eu1-md-0-after-{round}");
-        let stored = create(&client, &worker("prod-eu1", &name, Some("prod-eu1"), None), false)
-            .await
-            .unwrap_or_else(|err| panic!("no review after restart {round}: {err}\n{}", webhook.log_tail(30)));
+        let stored = create(
+            &client,
+            &worker("prod-eu1", &name, Some("prod-eu1"), None),
+            false,
+        )
+        .await
+        .unwrap_or_else(|err| {
+            panic!(
+                "no review after restart {round}: {err}\n{}",
+                webhook.log_tail(30)
+            )
+        });
         assert_eq!(extras(&stored), WORKER_DEFAULTS);
 
         // The watches are live again: a cluster created and one changed after the restart are
@@ -42,7 +61,13 @@ async fn reviews_and_watches_survive_an_api_server_restart() {
         let took = planned_on(&client, "prod-eu1", &new, "mgmt-net").await;
         let network = if round == 1 { "backup-net" } else { "mgmt-net" };
         kubectl.ok(&[
-            "patch", "vcdcluster", "-n", "prod-eu1", "prod-eu1", "--type=merge", "-p",
+            "patch",
+            "vcdcluster",
+            "-n",
+            "prod-eu1",
+            "prod-eu1",
+            "--type=merge",
+            "-p",
             &format!(r#"{{"spec":{{"ovdcNetwork":"{network}"}}}}"#),
         ]);
         let changed = planned_on(&client, "prod-eu1", "prod-eu1", network).await;
@@ -51,12 +76,20 @@ async fn reviews_and_watches_survive_an_api_server_restart() {
             took.as_secs_f64(),
             changed.as_secs_f64()
         );
-        let stored = create(&client, &worker("prod-eu1", &format!("{name}-b"), Some("prod-eu1"), None), false)
-            .await
-            .expect("admitted");
+        let stored = create(
+            &client,
+            &worker("prod-eu1", &format!("{name}-b"), Some("prod-eu1"), None),
+            false,
+        )
+        .await
+        .expect("admitted");
         assert_eq!(plan_networks(&stored)[0], network);
     }
     assert!(plane.etcd_running());
     let log = webhook.log();
-    assert!(log.contains("watch error; retrying"), "the outage was noticed and retried:\n{}", webhook.log_tail(30));
+    assert!(
+        log.contains("watch error; retrying"),
+        "the outage was noticed and retried:\n{}",
+        webhook.log_tail(30)
+    );
 }
