@@ -27,4 +27,4 @@ fi
 # target/debug/nicpolicy, built as `cargo test --workspace` builds it.
 cargo test --workspace --no-run --quiet
 # One suite at a time (each starts its own API server); within a suite the tests share one.
-cargo test --workspace --features nicpolicy-e2e/e2e "${suites[@]}" -- --nocapture --test-threads=1 "$@"
+cargo test --workspace --no-fail-fast --features nicpolicy-e2e/e2e "${suites[@]}" -- --nocapture --test-threads=1 "$@"

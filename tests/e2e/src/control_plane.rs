@@ -148,10 +148,11 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Stops kube-apiserver (SIGTERM) and starts it again on the same port with the same etcd,
-    /// as a control-plane upgrade or a crash-looping API server does to its clients.
+    /// Stops kube-apiserver (SIGTERM; SIGKILL after 5 s, as its open watches keep it from
+    /// exiting sooner) and starts it again on the same port with the same etcd after
+    /// `down_for`, as a control-plane upgrade or a crash does to its clients.
     pub fn restart_apiserver(&mut self, down_for: Duration) -> anyhow::Result<()> {
-        let status = self.apiserver.stop(Duration::from_secs(30));
+        let status = self.apiserver.stop(Duration::from_secs(5));
         eprintln!("e2e: kube-apiserver stopped ({status}); down for {down_for:?}");
         std::thread::sleep(down_for);
         self.apiserver = start_apiserver(

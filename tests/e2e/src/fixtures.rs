@@ -246,16 +246,18 @@ pub fn refusal(err: &kube::Error) -> (u16, String, String, Vec<(String, String)>
 pub const CACHE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Dry-run creates a worker of `cluster` until its NIC plan starts with `primary`: the
-/// webhook's caches know the cluster as it is now. Returns how long that took.
+/// webhook's caches know the cluster as it is now. Returns how long that took; panics after
+/// `deadline`.
 pub async fn planned_on(
     client: &kube::Client,
     namespace: &str,
     cluster: &str,
     primary: &str,
+    deadline: Duration,
 ) -> Duration {
     let start = Instant::now();
     let mut last = String::new();
-    while start.elapsed() < CACHE_DEADLINE {
+    while start.elapsed() < deadline {
         let probe = worker(
             namespace,
             &format!("{cluster}-md-0-probe"),
@@ -271,5 +273,5 @@ pub async fn planned_on(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("no review planned NIC 0 on {primary} within {CACHE_DEADLINE:?}; last answer: {last}");
+    panic!("no review planned NIC 0 on {primary} within {deadline:?}; last answer: {last}");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nicpolicy_e2e::fixtures::{
     self, api, cluster, create, extras, get, namespace, plan, plan_networks, planned_on, refusal,
-    worker, WORKER_DEFAULTS,
+    worker, CACHE_DEADLINE, WORKER_DEFAULTS,
 };
 use nicpolicy_e2e::webhook::shipped_config;
 use nicpolicy_e2e::{shared, Webhook};
@@ -398,7 +398,7 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
     // Created after the webhook started: found through the watches.
     namespace(&kubectl, "prod-us1");
     kubectl.apply(&cluster("prod-us1", "prod-us1", "mgmt-net"));
-    let took = planned_on(&client, "prod-us1", "prod-us1", "mgmt-net").await;
+    let took = planned_on(&client, "prod-us1", "prod-us1", "mgmt-net", CACHE_DEADLINE).await;
     eprintln!(
         "e2e: a new cluster was used after {:.2} s",
         took.as_secs_f64()
@@ -415,7 +415,14 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
         "-p",
         r#"{"spec":{"ovdcNetwork":"backup-net"}}"#,
     ]);
-    let took = planned_on(&client, "prod-us1", "prod-us1", "backup-net").await;
+    let took = planned_on(
+        &client,
+        "prod-us1",
+        "prod-us1",
+        "backup-net",
+        CACHE_DEADLINE,
+    )
+    .await;
     eprintln!(
         "e2e: a changed ovdcNetwork was used after {:.2} s",
         took.as_secs_f64()
@@ -437,7 +444,14 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
         &cluster("prod-us1", "prod-us1-blue", "workload-net")
             .replace("ovdcNetwork: workload-net", "ovdcNetwork: mgmt-net"),
     );
-    planned_on(&client, "prod-us1", "prod-us1-blue", "mgmt-net").await;
+    planned_on(
+        &client,
+        "prod-us1",
+        "prod-us1-blue",
+        "mgmt-net",
+        CACHE_DEADLINE,
+    )
+    .await;
 }
 
 #[tokio::test]

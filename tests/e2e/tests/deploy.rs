@@ -55,19 +55,6 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
     // Step 2: the module beside the configuration, under the name the kustomization carries.
     let module = export("role-based", &config.join("nicpolicy/policy.wasm"));
 
-    // Client-side apply would store the whole ConfigMap again in its last-applied annotation,
-    // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
-    let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &config_arg]);
-    assert!(
-        !client_side.success,
-        "client-side apply of the module's ConfigMap went through"
-    );
-    assert!(
-        client_side.stderr.contains("Too long"),
-        "{}",
-        client_side.stderr
-    );
-
     // Step 4, as written.
     let applied = kubectl.run(&["apply", "--server-side", "-k", &config_arg]);
     assert!(
@@ -95,6 +82,19 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
             applied.stdout
         );
     }
+    // Client-side apply (over the installed objects) would store the whole ConfigMap again in its last-applied annotation,
+    // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
+    let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &config_arg]);
+    assert!(
+        !client_side.success,
+        "client-side apply of the module's ConfigMap went through"
+    );
+    assert!(
+        client_side.stderr.contains("Too long"),
+        "{}",
+        client_side.stderr
+    );
+
     let stored_module = || {
         let map: Value = serde_json::from_str(&kubectl.ok(&[
             "get",

@@ -9,6 +9,12 @@ use nicpolicy_e2e::fixtures::{
 use nicpolicy_e2e::webhook::shipped_config;
 use nicpolicy_e2e::{ControlPlane, Webhook};
 
+/// How long the webhook's watches may take to be current again once kube-apiserver is back:
+/// they back off like client-go's reflectors (0.8 s doubling up to 30 s, with jitter) while
+/// the API server is down, and re-list once after it (their resource version is too old for
+/// the new process's watch cache).
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(45);
+
 #[tokio::test]
 async fn reviews_and_watches_survive_an_api_server_restart() {
     let mut plane = ControlPlane::start("restarts").expect("the control plane starts");
@@ -58,7 +64,7 @@ async fn reviews_and_watches_survive_an_api_server_restart() {
         // seen.
         let new = format!("prod-eu1-r{round}");
         kubectl.apply(&cluster("prod-eu1", &new, "mgmt-net"));
-        let took = planned_on(&client, "prod-eu1", &new, "mgmt-net").await;
+        let took = planned_on(&client, "prod-eu1", &new, "mgmt-net", RECOVERY_DEADLINE).await;
         let network = if round == 1 { "backup-net" } else { "mgmt-net" };
         kubectl.ok(&[
             "patch",
@@ -70,7 +76,7 @@ async fn reviews_and_watches_survive_an_api_server_restart() {
             "-p",
             &format!(r#"{{"spec":{{"ovdcNetwork":"{network}"}}}}"#),
         ]);
-        let changed = planned_on(&client, "prod-eu1", "prod-eu1", network).await;
+        let changed = planned_on(&client, "prod-eu1", "prod-eu1", network, RECOVERY_DEADLINE).await;
         eprintln!(
             "e2e: after restart {round}: new cluster seen in {:.2} s, changed network in {:.2} s",
             took.as_secs_f64(),
