@@ -259,9 +259,9 @@ async fn a_request_too_large_for_the_policy_is_denied_under_both_failure_modes()
         webhook.register().await;
         let name = format!("prod-eu7-md-0-big-{}", mode.to_lowercase());
         let machine = worker("prod-eu7", &name, Some("prod-eu7"), Some(&names));
-        let err = create(&client, &machine, false).await.expect_err(&format!(
-            "an oversized machine was admitted under onPolicyFailure: {mode}"
-        ));
+        let Err(err) = create(&client, &machine, false).await else {
+            panic!("an oversized machine was admitted under onPolicyFailure: {mode}");
+        };
         let (code, _, message, _) = refusal(&err);
         eprintln!("e2e: onPolicyFailure {mode}: refused with {code}: {message}");
         assert!(message.contains("nicpolicy.io"), "{message}");
