@@ -22,6 +22,13 @@ pub fn namespace(kubectl: &Kubectl, name: &str) {
     kubectl.ok(&["create", "namespace", name]);
 }
 
+/// Namespace `name` with a Cluster and VCDCluster of the same name on mgmt-net, as
+/// `clusterctl generate cluster NAME --target-namespace NAME` lays them out.
+pub fn cluster_namespace(kubectl: &Kubectl, name: &str) {
+    namespace(kubectl, name);
+    kubectl.apply(&cluster(name, name, "mgmt-net"));
+}
+
 /// A Cluster and its VCDCluster `name` in `namespace`, primary network `ovdc_network`.
 pub fn cluster(namespace: &str, name: &str, ovdc_network: &str) -> String {
     format!(

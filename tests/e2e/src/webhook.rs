@@ -130,6 +130,13 @@ impl Webhook {
         webhook
     }
 
+    /// The shipped configuration (in a directory named after `name`), started and registered.
+    pub async fn registered(plane: &ControlPlane, name: &str) -> Webhook {
+        let mut webhook = Webhook::start(plane, &shipped_config(plane, name)).await;
+        webhook.register().await;
+        webhook
+    }
+
     async fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.ca_file);
         let mut command = Command::new(&binaries().nicpolicy);

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_e2e::fixtures::{
-    self, api, cluster, create, extras, get, namespace, plan, plan_networks, planned_on, refusal,
-    worker, CACHE_DEADLINE, WORKER_DEFAULTS,
+    self, api, cluster, cluster_namespace, create, extras, get, plan, plan_networks, planned_on,
+    refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
 };
 use nicpolicy_e2e::webhook::shipped_config;
 use nicpolicy_e2e::{shared, Webhook};
@@ -40,10 +40,8 @@ async fn the_shipped_service_account_reads_clusters_and_nothing_else() {
 async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu1");
-    kubectl.apply(&cluster("prod-eu1", "prod-eu1", "mgmt-net"));
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "valid")).await;
-    webhook.register().await;
+    cluster_namespace(&kubectl, "prod-eu1");
+    let _webhook = Webhook::registered(&plane, "valid").await;
     let client = plane.client().await;
 
     // A worker listing no extra networks gets the site's defaults, as a controller creates it.
@@ -165,10 +163,8 @@ const INVALID_FIELDS: [&str; 3] = [
 async fn invalid_machines_are_refused_with_every_field_as_kubectl_prints_it() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu2");
-    kubectl.apply(&cluster("prod-eu2", "prod-eu2", "mgmt-net"));
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "invalid")).await;
-    webhook.register().await;
+    cluster_namespace(&kubectl, "prod-eu2");
+    let _webhook = Webhook::registered(&plane, "invalid").await;
 
     // kubectl apply, as a person: the denial names every field, like a schema error.
     let machine = invalid_machine("prod-eu2", "prod-eu2-md-0-h3v8r");
@@ -261,10 +257,8 @@ async fn invalid_machines_are_refused_with_every_field_as_kubectl_prints_it() {
 async fn a_provisioned_machine_keeps_its_nics_and_can_be_relabelled_and_deleted() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu3");
-    kubectl.apply(&cluster("prod-eu3", "prod-eu3", "mgmt-net"));
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "update")).await;
-    webhook.register().await;
+    cluster_namespace(&kubectl, "prod-eu3");
+    let _webhook = Webhook::registered(&plane, "update").await;
     let client = plane.client().await;
 
     let mut machine = worker(
@@ -391,13 +385,11 @@ async fn a_provisioned_machine_keeps_its_nics_and_can_be_relabelled_and_deleted(
 async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "caches")).await;
-    webhook.register().await;
+    let _webhook = Webhook::registered(&plane, "caches").await;
     let client = plane.client().await;
 
     // Created after the webhook started: found through the watches.
-    namespace(&kubectl, "prod-us1");
-    kubectl.apply(&cluster("prod-us1", "prod-us1", "mgmt-net"));
+    cluster_namespace(&kubectl, "prod-us1");
     let took = planned_on(&client, "prod-us1", "prod-us1", "mgmt-net", CACHE_DEADLINE).await;
     eprintln!(
         "e2e: a new cluster was used after {:.2} s",
@@ -458,10 +450,8 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
 async fn a_stopped_webhook_makes_kube_apiserver_apply_the_failure_policy() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu4");
-    kubectl.apply(&cluster("prod-eu4", "prod-eu4", "mgmt-net"));
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "stopped")).await;
-    webhook.register().await;
+    cluster_namespace(&kubectl, "prod-eu4");
+    let mut webhook = Webhook::registered(&plane, "stopped").await;
     let client = plane.client().await;
 
     webhook.stop();
@@ -501,8 +491,7 @@ async fn a_stopped_webhook_makes_kube_apiserver_apply_the_failure_policy() {
 async fn a_policy_replaced_while_machines_are_created_drops_no_create() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu5");
-    kubectl.apply(&cluster("prod-eu5", "prod-eu5", "mgmt-net"));
+    cluster_namespace(&kubectl, "prod-eu5");
     let dir = shipped_config(&plane, "reload");
     let mut webhook = Webhook::start(&plane, &dir).await;
     webhook.register().await;

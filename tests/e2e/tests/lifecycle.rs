@@ -4,7 +4,7 @@
 //! relabelled and deleted, and requests too large for the policy under both failure modes.
 
 use nicpolicy_e2e::fixtures::{
-    self, cluster, create, get, namespace, plan_networks, refusal, worker,
+    self, cluster_namespace, create, get, namespace, plan_networks, refusal, worker,
 };
 use nicpolicy_e2e::webhook::{edit_config, shipped_config};
 use nicpolicy_e2e::{shared, workspace, Webhook};
@@ -29,8 +29,7 @@ async fn a_rendered_clusterctl_manifest_applies_in_one_go() {
         "crd/machinedeployments.cluster.x-k8s.io",
     ]);
     namespace(&kubectl, "prod-eu1");
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "clusterctl")).await;
-    webhook.register().await;
+    let _webhook = Webhook::registered(&plane, "clusterctl").await;
 
     let manifest = fixtures.join("clusterctl-prod-eu1.yaml");
     let applied = kubectl.run(&["apply", "-f", &manifest.to_string_lossy()]);
@@ -107,8 +106,7 @@ async fn a_machine_of_an_unknown_cluster_is_checked_with_what_needs_no_cluster()
     let plane = shared();
     let kubectl = plane.kubectl();
     namespace(&kubectl, "prod-ap1");
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "unknown")).await;
-    webhook.register().await;
+    let _webhook = Webhook::registered(&plane, "unknown").await;
 
     let machine = worker(
         "prod-ap1",
@@ -147,8 +145,7 @@ async fn a_machine_of_an_unknown_cluster_is_checked_with_what_needs_no_cluster()
 async fn a_stored_machine_that_breaks_the_policy_can_be_relabelled_and_deleted() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu6");
-    kubectl.apply(&cluster("prod-eu6", "prod-eu6", "mgmt-net"));
+    cluster_namespace(&kubectl, "prod-eu6");
     let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "stored-bad")).await;
 
     // Stored before the webhook was installed.
@@ -238,8 +235,7 @@ async fn a_stored_machine_that_breaks_the_policy_can_be_relabelled_and_deleted()
 async fn a_request_too_large_for_the_policy_is_denied_under_both_failure_modes() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu7");
-    kubectl.apply(&cluster("prod-eu7", "prod-eu7", "mgmt-net"));
+    cluster_namespace(&kubectl, "prod-eu7");
     let client = plane.client().await;
     // About 1.2 MB of network names: under the request cap and etcd's, over the policy's input.
     let names: Vec<String> = (0..50_000)

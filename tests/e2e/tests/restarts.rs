@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use nicpolicy_e2e::fixtures::{
-    cluster, create, extras, namespace, plan_networks, planned_on, worker, WORKER_DEFAULTS,
+    cluster, cluster_namespace, create, extras, plan_networks, planned_on, worker, WORKER_DEFAULTS,
 };
-use nicpolicy_e2e::webhook::shipped_config;
 use nicpolicy_e2e::{ControlPlane, Webhook};
 
 /// How long the webhook's watches may take to be current again once kube-apiserver is back:
@@ -19,10 +18,8 @@ const RECOVERY_DEADLINE: Duration = Duration::from_secs(45);
 async fn reviews_and_watches_survive_an_api_server_restart() {
     let mut plane = ControlPlane::start("restarts").expect("the control plane starts");
     let kubectl = plane.kubectl();
-    namespace(&kubectl, "prod-eu1");
-    kubectl.apply(&cluster("prod-eu1", "prod-eu1", "mgmt-net"));
-    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "restarts")).await;
-    webhook.register().await;
+    cluster_namespace(&kubectl, "prod-eu1");
+    let mut webhook = Webhook::registered(&plane, "restarts").await;
     let client = plane.client().await;
     create(
         &client,
