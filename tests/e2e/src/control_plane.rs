@@ -331,6 +331,8 @@ static START_FAILED: OnceLock<String> = OnceLock::new();
 
 /// The test binary's control plane, started by the first test that asks; stopped when the
 /// process exits.
+// unsafe: atexit(3), the one hook libtest's exit runs.
+#[allow(unsafe_code)]
 pub fn shared() -> Shared {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());

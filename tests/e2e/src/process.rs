@@ -44,6 +44,8 @@ pub struct Process {
 
 impl Process {
     /// Starts `command` with stdout and stderr appended to `log`.
+    // unsafe: a pre-exec hook that asks the kernel to kill the child with its parent thread.
+    #[allow(unsafe_code)]
     pub fn spawn(name: &str, mut command: Command, log: &Path) -> anyhow::Result<Process> {
         let file = File::options().create(true).append(true).open(log)?;
         command
@@ -95,6 +97,8 @@ impl Process {
     }
 
     /// SIGTERM, up to `grace` to exit, then SIGKILL. Returns the exit status text.
+    // unsafe: kill(2), for the SIGTERM std's Child::kill does not send.
+    #[allow(unsafe_code)]
     pub fn stop(&mut self, grace: Duration) -> String {
         let Some(mut child) = self.child.take() else {
             return "not running".into();
