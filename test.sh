@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
 # the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
-# then the end-to-end suites against a real kube-apiserver.
+# the starter site policy, then the end-to-end suites against a real kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")"
 
