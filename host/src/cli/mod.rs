@@ -4,6 +4,7 @@
 pub mod eval;
 pub mod export;
 pub mod inspect;
+pub mod playground;
 pub mod policy_args;
 pub mod render;
 pub mod review;
