@@ -50,6 +50,7 @@ site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
 # modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
 tests/e2e/run.sh
+
 # The playground page in headless Chromium (Debian's `chromium`; playwright-core never downloads a
 # browser), served by the binary `cargo test` built and checked against its decisions.
 # Screenshots: target/playground-screenshots/.
