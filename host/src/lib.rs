@@ -30,12 +30,15 @@
 //! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
 //! policies evaluated in order as one), [`inspect`] (reading a module without running it),
 //! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`).
+//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`), [`audit`]
+//! (every machine of a set of manifests or a cluster, with shadow mode).
 
+pub mod audit;
 pub mod builtin;
 pub mod cache;
 pub mod cases;
 pub mod chain;
+pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod inspect;

@@ -48,6 +48,12 @@ enum Command {
     Review(cli::serve::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(ExportArgs),
+    /// Evaluate every machine and machine template of manifest folders or of a live cluster,
+    /// grouped by cluster, optionally beside a candidate chain (shadow mode).
+    Audit(cli::audit::AuditArgs),
+    /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
+    /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
+    Controller(cli::controller::ControllerArgs),
 }
 
 #[derive(clap::Args)]
@@ -79,10 +85,13 @@ struct TestArgs {
 
 #[derive(clap::Args)]
 struct EvalArgs {
-    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works).
+    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works); the
+    /// machine file itself when omitted.
     #[arg(long, value_name = "FILE")]
-    cluster: PathBuf,
-    /// File holding the VCDMachine or VCDMachineTemplate.
+    cluster: Option<PathBuf>,
+    /// File holding the VCDMachine or VCDMachineTemplate. When it holds several, each is
+    /// evaluated against its own cluster (found as the webhook finds it) unless --machine-name
+    /// picks one.
     #[arg(long, value_name = "FILE")]
     machine: PathBuf,
     /// Which machine, when the machine file holds several.
@@ -206,6 +215,18 @@ struct Positions {
 
 impl Positions {
     fn of(matches: Option<&ArgMatches>) -> Positions {
+        Positions::of_ids(matches, ["policies", "settings", "sha256"])
+    }
+
+    /// The positions of the candidate chain's options (`nicpolicy audit --candidate`).
+    fn of_candidates(matches: Option<&ArgMatches>) -> Positions {
+        Positions::of_ids(
+            matches,
+            ["candidates", "candidate_settings", "candidate_sha256"],
+        )
+    }
+
+    fn of_ids(matches: Option<&ArgMatches>, [policies, settings, sha256]: [&str; 3]) -> Positions {
         let indices = |id: &str| -> Vec<usize> {
             matches
                 // `indices_of` insists on an argument the subcommand defines.
@@ -215,9 +236,9 @@ impl Positions {
                 .unwrap_or_default()
         };
         Positions {
-            policies: indices("policies"),
-            settings: indices("settings"),
-            sha256: indices("sha256"),
+            policies: indices(policies),
+            settings: indices(settings),
+            sha256: indices(sha256),
         }
     }
 
@@ -308,12 +329,15 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let positions = Positions::of(matches.subcommand().map(|(_, m)| m));
+    let candidate_positions = Positions::of_candidates(matches.subcommand().map(|(_, m)| m));
     let result = match cli.command {
         Command::Eval(args) => eval(args, &positions),
         Command::Inspect(args) => inspect_cmd(args),
         Command::Test(args) => test_cmd(args, &positions),
         Command::Serve(args) => cli::serve::serve(args).map(|()| 0).map_err(usage),
         Command::Export(args) => export_cmd(args),
+        Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
+        Command::Controller(args) => cli::controller::run(args).map(|()| 0).map_err(usage),
         Command::Review(args) => match cli::serve::review(args) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(exit::DENIED),
@@ -361,8 +385,38 @@ fn export_cmd(args: ExportArgs) -> Result<u8, Failure> {
 }
 
 fn eval(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
+    if args.machine_name.is_none() {
+        let machines = manifest::ManifestFile::read(&args.machine).map_err(usage)?;
+        if machines
+            .of_kinds(&nicpolicy::audit::inputs::MACHINE_KINDS)
+            .count()
+            > 1
+        {
+            if let Some(old) = &args.old {
+                return Err(usage(anyhow::anyhow!(
+                    "--old {}: an UPDATE is of one machine; choose it with --machine-name",
+                    old.display()
+                )));
+            }
+            let clusters = args
+                .cluster
+                .as_deref()
+                .map(manifest::ManifestFile::read)
+                .transpose()
+                .map_err(usage)?;
+            let inventory = args
+                .inventory
+                .as_deref()
+                .map(manifest::read_inventory)
+                .transpose()
+                .map_err(usage)?;
+            let specs = policy_specs(&args.policy, &args.settings, positions)?;
+            let chain = load_chain(&args.policy, specs, args.verbose)?;
+            return cli::audit::eval_many(machines, clusters, inventory, &chain, args.output);
+        }
+    }
     let request = manifest::RequestFiles {
-        cluster: Some(&args.cluster),
+        cluster: Some(args.cluster.as_deref().unwrap_or(&args.machine)),
         machine: Some(&args.machine),
         machine_name: args.machine_name.as_deref(),
         old: args.old.as_deref(),

@@ -95,7 +95,7 @@ enum EndpointArg {
     Mutate,
 }
 
-fn init_logging(args: &LogArgs) -> Result<()> {
+pub(crate) fn init_logging(args: &LogArgs) -> Result<()> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log_level.clone());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .with_context(|| format!("--log-level {filter:?}"))?;
@@ -118,7 +118,7 @@ fn read_config(path: Option<&PathBuf>) -> Result<ServeConfig> {
 
 /// One engine sized for the configuration: enough pool slots for every evaluation slot plus
 /// reloads, and the largest memory cap any policy has.
-fn host_for(config: &ServeConfig) -> Result<Host> {
+pub(crate) fn host_for(config: &ServeConfig) -> Result<Host> {
     let largest = config
         .policies
         .values()
