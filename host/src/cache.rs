@@ -68,6 +68,12 @@ impl ModuleCache {
 
     /// Loads the precompiled module for `bytes`, or compiles it (giving up after
     /// `compile_timeout`, see [`compile_within`]) and stores it.
+    ///
+    /// # Errors
+    /// Compilation failed or took too long ([`LoadError::Compile`],
+    /// [`LoadError::CompileTimeout`]); a cache that cannot be read or written is not an error.
+    // Deserialising a precompiled module is `unsafe` in Wasmtime: see the SAFETY note below.
+    #[allow(unsafe_code)]
     pub fn load_or_compile(
         &self,
         engine: &Engine,

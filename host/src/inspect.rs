@@ -105,6 +105,26 @@ fn invalid(err: wasmparser::BinaryReaderError) -> LoadError {
     LoadError::Invalid(err.to_string())
 }
 
+/// What a file that is not Wasm probably is, and how to get the module instead.
+fn not_wasm_hint(bytes: &[u8]) -> &'static str {
+    let native: [&[u8]; 4] = [
+        b"\x7fELF",          // Linux .so or program
+        b"!<arch>\n",        // .rlib or .a
+        b"MZ",               // Windows .dll or .exe
+        b"\xcf\xfa\xed\xfe", // Mach-O .dylib
+    ];
+    if bytes.trim_ascii_start().starts_with(b"(module") {
+        "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
+    } else if native.iter().any(|magic| bytes.starts_with(magic)) {
+        // The library `cargo build` wrote for this machine, not for wasm32.
+        "; this is a native library or program: build the policy crate with `cargo build \
+         --target wasm32-unknown-unknown --release` and give \
+         target/wasm32-unknown-unknown/release/<crate>.wasm"
+    } else {
+        ""
+    }
+}
+
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     if bytes.len() > MAX_MODULE_BYTES {
@@ -114,11 +134,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
         });
     }
     if !bytes.starts_with(b"\0asm") {
-        let hint = if bytes.trim_ascii_start().starts_with(b"(module") {
-            "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
-        } else {
-            ""
-        };
+        let hint = not_wasm_hint(bytes);
         return Err(LoadError::NotWasm(format!(
             "the file does not start with the Wasm magic bytes \\0asm{hint}"
         )));

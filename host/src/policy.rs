@@ -188,6 +188,10 @@ impl Policy {
     }
 
     /// The same compiled policy with other settings, checked by the policy first.
+    ///
+    /// # Errors
+    /// [`LoadError::Settings`] when the policy refuses them, [`LoadError::Runtime`] when the
+    /// check itself fails.
     pub fn with_settings(&self, settings: Value) -> Result<Policy, LoadError> {
         self.validate_settings(&settings)
             .map_err(LoadError::Runtime)?
@@ -231,7 +235,13 @@ impl Policy {
         self.load_time
     }
 
-    /// Evaluates one request. The request's own `settings` are replaced by the policy's.
+    /// Evaluates one request in a fresh instance, under the policy's limits. The request's own
+    /// `settings` are replaced by the policy's.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when the call produced no decision: time limit, memory cap, trap, bad
+    /// or oversized output, an oversized request, the policy's own error, or no free instance
+    /// slot. The policy stays usable.
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
         let input = serde_json::to_vec(&request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
@@ -239,6 +249,9 @@ impl Policy {
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
+    ///
+    /// # Errors
+    /// As for [`Policy::evaluate`].
     pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
         let (decision, logs) = self.call(&self.exports.evaluate, input, decode_decision)?;
@@ -250,6 +263,9 @@ impl Policy {
     }
 
     /// Asks the policy whether `settings` are valid: `Ok(Err(reason))` when it refuses them.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when the check itself fails (as for [`Policy::evaluate`]).
     pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
         let input = serde_json::to_vec(settings)
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;

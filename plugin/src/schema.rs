@@ -91,8 +91,9 @@ pub enum Operation {
     Update,
 }
 
-/// The Kubernetes kind the machine was read from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The Kubernetes kind the machine was read from. Ordered (VCDMachine first) and hashable, so
+/// hosts key maps by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ObjectKind {
     /// `VCDMachine`: one VM.
     #[serde(rename = "VCDMachine")]
@@ -103,6 +104,14 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
+    /// Both kinds.
+    pub const ALL: [ObjectKind; 2] = [ObjectKind::VcdMachine, ObjectKind::VcdMachineTemplate];
+
+    /// The kind called `kind` (as Kubernetes spells it), if it is one of [`ObjectKind::ALL`].
+    pub fn from_kind(kind: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
     /// Path of the `VCDMachineSpec` inside an object of this kind.
     pub fn spec_path(self) -> &'static str {
         match self {
@@ -333,6 +342,13 @@ impl Decision {
             violations,
             ..Decision::default()
         }
+    }
+
+    /// This decision with `allowed` set from its violations: allowed exactly when there are
+    /// none. Call it after adding violations to a decision of the CAPVCD rules.
+    pub fn finish(mut self) -> Self {
+        self.allowed = self.violations.is_empty();
+        self
     }
 }
 

@@ -187,7 +187,7 @@ fn main() {
 
     let cpu = cpu_seconds();
     let wall = Instant::now();
-    let inputs = Inputs::read(&[dir.clone()]).expect("the generated folder reads");
+    let inputs = Inputs::read(std::slice::from_ref(&dir)).expect("the generated folder reads");
     let subjects = inputs.subjects(Some(&inventory));
     let read_cpu = cpu_seconds() - cpu;
     let read_wall = wall.elapsed();

@@ -14,10 +14,12 @@ use nicpolicy::manifest::{self, ManifestFile};
 use nicpolicy::plugin::Inventory;
 use nicpolicy::PolicyChain;
 
-use crate::{
-    load_chain, policy_specs, render_decision, table, usage, xml_escape, Failure, Format,
-    PolicyArgs, PolicySource, Positions,
-};
+use nicpolicy::cases::junit::xml_escape;
+use nicpolicy::PolicySource;
+
+use super::policy_args::{load_chain, parse_policy_source, policy_specs, PolicyArgs, Positions};
+use super::render::{render_decision, table};
+use super::{usage, Failure, Format};
 
 #[derive(clap::Args)]
 pub struct AuditArgs {
@@ -69,7 +71,7 @@ pub struct CandidateArgs {
     #[arg(
         long = "candidate",
         value_name = "FILE.wasm|builtin:NAME",
-        value_parser = crate::parse_policy_source
+        value_parser = parse_policy_source
     )]
     candidates: Vec<PolicySource>,
     /// Settings of the --candidate before it.
@@ -94,7 +96,7 @@ pub fn run(
         .transpose()
         .map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = load_chain(&args.policy, specs, args.verbose)?;
+    let chain = load_chain(&args.policy, &specs, args.verbose)?;
     let candidate = candidate_chain(
         &args.policy,
         &args.candidate,
@@ -177,15 +179,9 @@ fn candidate_chain(
         return Ok(None);
     }
     // The candidate runs under the same limits and cache use as the chain in force.
-    let candidate = PolicyArgs {
-        policies: args.candidates.clone(),
-        sha256: args.candidate_sha256.clone(),
-        timeout: policy.timeout,
-        memory: policy.memory,
-        no_cache: policy.no_cache,
-    };
+    let candidate = policy.with_sources(args.candidates.clone(), args.candidate_sha256.clone());
     let specs = policy_specs(&candidate, &args.candidate_settings, positions)?;
-    load_chain(&candidate, specs, verbose).map(Some)
+    load_chain(&candidate, &specs, verbose).map(Some)
 }
 
 /// Lists the audited objects of the live cluster.

@@ -4,13 +4,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 use nicpolicy::controller::lease::LeaseConfig;
 use nicpolicy::controller::report::Bounds;
 use nicpolicy::controller::{self, Options};
-use nicpolicy::webhook::config::ServeConfig;
 
-use super::serve::{host_for, init_logging, LogArgs};
+use super::serve::{host_for, init_logging, read_config, LogArgs};
+use super::{runtime, usage, Failure};
 
 #[derive(clap::Args)]
 pub struct ControllerArgs {
@@ -60,22 +60,17 @@ pub struct ControllerArgs {
     logging: LogArgs,
 }
 
-fn read(path: Option<&PathBuf>) -> Result<ServeConfig> {
-    match path {
-        Some(path) => Ok(ServeConfig::read(path)?),
-        None => Ok(ServeConfig::builtin_default()),
-    }
-}
-
-/// Runs `nicpolicy controller` until SIGTERM. Errors are start-up failures.
-pub fn run(args: ControllerArgs) -> Result<()> {
-    init_logging(&args.logging)?;
-    let config = read(args.config.as_ref())?;
+/// Runs `nicpolicy controller` until SIGTERM. Bad configuration is a usage error (exit code
+/// 2), anything after start a run-time failure (3).
+pub fn run(args: ControllerArgs) -> Result<u8, Failure> {
+    init_logging(&args.logging).map_err(usage)?;
+    let config = read_config(args.config.as_ref()).map_err(usage)?;
     let candidate = args
         .candidate_config
         .as_ref()
-        .map(|path| read(Some(path)))
-        .transpose()?;
+        .map(|path| read_config(Some(path)))
+        .transpose()
+        .map_err(usage)?;
     let host = host_for(&config)?;
     let identity = std::env::var("POD_NAME")
         .ok()
@@ -105,15 +100,17 @@ pub fn run(args: ControllerArgs) -> Result<()> {
         lease,
         listen: args.listen,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+        .context("cannot start the async runtime")
+        .map_err(runtime)?;
+    tokio.block_on(async move {
         let client = kube::Client::try_default()
             .await
-            .context("no Kubernetes API to watch (in-cluster configuration or kubeconfig)")?;
+            .context("no Kubernetes API to watch (in-cluster configuration or kubeconfig)")
+            .map_err(usage)?;
         tracing::info!(listen = %options.listen, "nicpolicy controller starting");
         controller::run(
             client,
@@ -121,7 +118,11 @@ pub fn run(args: ControllerArgs) -> Result<()> {
             options,
             nicpolicy::webhook::server::shutdown_signal(),
         )
-        .await?;
-        Ok(())
+        .await
+        .map_err(|err| match err {
+            controller::ControllerError::Load { .. } => usage(err),
+            other => runtime(other),
+        })?;
+        Ok(0)
     })
 }

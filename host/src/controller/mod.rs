@@ -39,7 +39,7 @@ use nicpolicy_plugin::ObjectKind;
 use tokio::sync::{watch, Notify};
 
 use crate::audit::{self, live, Chains, Finding, Inputs, Summary};
-use crate::webhook::config::{ClusterSourceConfig, KindKey, ServeConfig};
+use crate::webhook::config::{ClusterSourceConfig, ServeConfig};
 use crate::webhook::policies::{Served, ServedPolicies};
 use crate::webhook::ServeLoadError;
 use crate::{Host, PolicyChain};
@@ -87,7 +87,7 @@ pub enum ControllerError {
         /// `configuration` or `candidate configuration`.
         which: &'static str,
         /// Why.
-        error: ServeLoadError,
+        error: Box<ServeLoadError>,
     },
     /// The probe and metrics address could not be bound.
     #[error("cannot listen on {address}: {error}")]
@@ -107,7 +107,7 @@ struct ServedChains<'a>(&'a Served);
 
 impl Chains for ServedChains<'_> {
     fn chain(&self, kind: ObjectKind) -> Option<&PolicyChain> {
-        self.0.chains.get(&KindKey::from_kind(kind.as_str())?)
+        self.0.chains.get(&kind)
     }
 }
 
@@ -273,7 +273,10 @@ fn load(
 ) -> Result<Arc<ServedPolicies>, ControllerError> {
     Served::load(host, config, 1)
         .map(ServedPolicies::new)
-        .map_err(|error| ControllerError::Load { which, error })
+        .map_err(|error| ControllerError::Load {
+            which,
+            error: Box::new(error),
+        })
 }
 
 /// Starts one reflector per audited resource the API server serves; each change queues the

@@ -19,6 +19,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use nicpolicy_plugin::Cluster;
 use serde_json::Value;
 
+use nicpolicy_plugin::objects::{cluster_from_object, CAPVCD_GROUP};
+
 use crate::manifest::{ManifestError, ManifestFile};
 
 /// Why a machine's cluster could not be found.
@@ -103,11 +105,9 @@ fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> 
         .ok_or_else(|| LookupError::Invalid(format!("{at}: spec.infrastructureRef has no name")))
 }
 
-/// Reads a VCDCluster object into the schema's [`Cluster`].
-fn read_vcd_cluster(object: Value, label: &str) -> Result<Cluster, LookupError> {
-    ManifestFile::from_documents(Path::new(label), vec![object])
-        .and_then(|file| file.cluster(None))
-        .map_err(|err| LookupError::Invalid(err.to_string()))
+/// Reads a VCDCluster object into the schema's [`Cluster`]; `label` names it in errors.
+fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError> {
+    cluster_from_object(object).map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
 /// `(namespace, name)` of an object; objects without a namespace are in `default`, as kubectl
@@ -171,12 +171,10 @@ impl StaticClusters {
             let file = ManifestFile::read(path)?;
             for object in file.of_kinds(&["VCDCluster"]) {
                 let label = format!("{}: VCDCluster {}", path.display(), object.name());
-                read_vcd_cluster(object.value.clone(), &label).map_err(|err| {
-                    ManifestError::Field {
-                        path: path.clone(),
-                        field: object.position.clone(),
-                        message: err.to_string(),
-                    }
+                read_vcd_cluster(&object.value, &label).map_err(|err| ManifestError::Field {
+                    path: path.clone(),
+                    field: object.position.clone(),
+                    message: err.to_string(),
                 })?;
             }
             source.add(&file);
@@ -243,7 +241,7 @@ impl StaticClusters {
         }
         let template = machine.get("kind").and_then(Value::as_str) == Some("VCDMachineTemplate");
         if template {
-            if let Some(found) = self.from_class(&namespace, &name)? {
+            if let Some(found) = self.class_of_template(&namespace, &name)? {
                 return Ok(found);
             }
         }
@@ -327,7 +325,11 @@ impl StaticClusters {
 
     /// The ClusterClass in `namespace` whose control plane or machine deployments use the
     /// VCDMachineTemplate `template`, with its VCDClusterTemplate as the cluster.
-    fn from_class(&self, namespace: &str, template: &str) -> Result<Option<Found>, LookupError> {
+    fn class_of_template(
+        &self,
+        namespace: &str,
+        template: &str,
+    ) -> Result<Option<Found>, LookupError> {
         let mut classes: Vec<(&Key, &Value)> = self
             .classes
             .iter()
@@ -395,7 +397,7 @@ impl StaticClusters {
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         });
-        read_vcd_cluster(object, &format!("VCDClusterTemplate {namespace}/{name}"))
+        read_vcd_cluster(&object, &format!("VCDClusterTemplate {namespace}/{name}"))
     }
 }
 
@@ -434,7 +436,7 @@ impl ClusterSource for StaticClusters {
                     )
                 })
             })?;
-        read_vcd_cluster(vcd.clone(), &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 }
 
@@ -456,7 +458,7 @@ impl KubeClusters {
             "clusters",
         );
         let vcd_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta3", "VCDCluster"),
+            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", "VCDCluster"),
             "vcdclusters",
         );
         let ready = Arc::new(AtomicBool::new(false));
@@ -534,7 +536,7 @@ impl ClusterSource for KubeClusters {
             map.entry("kind")
                 .or_insert_with(|| Value::String("VCDCluster".to_string()));
         }
-        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(&vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 
     fn ready(&self) -> bool {
@@ -544,6 +546,8 @@ impl ClusterSource for KubeClusters {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use serde_json::json;
 

@@ -8,9 +8,10 @@
 
 use nicpolicy_plugin::{capvcd, Decision, Request};
 
-/// Evaluates one machine with the CAPVCD rules.
+/// Evaluates one machine with the CAPVCD rules, reading the settings from the request (the
+/// exported policy; also callable natively).
 pub fn evaluate(request: &Request) -> Decision {
     capvcd::evaluate(request)
 }
 
-nicpolicy_plugin::export_policy!(evaluate, capvcd::validate_settings);
+nicpolicy_plugin::export_policy!(capvcd::evaluate_with, settings: capvcd::Settings);

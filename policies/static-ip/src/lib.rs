@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::schema::IpRange;
-use nicpolicy_plugin::settings;
+use nicpolicy_plugin::settings::{self, PolicySettings};
 use nicpolicy_plugin::{
     Decision, IpAllocationMode, Machine, Network, ObjectKind, Operation, Reason, Request, Violation,
 };
@@ -40,65 +40,55 @@ use serde_json::Value;
 /// Annotation keys that ask for a MANUAL address: this prefix, then the network name.
 pub const ANNOTATION_PREFIX: &str = "nicpolicy.io/ip.";
 
-/// The policy's settings.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The policy's settings (every field optional, unknown fields refused).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// The CAPVCD rules' own settings (`capvcd:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub capvcd: capvcd::Settings,
     /// When given, the only networks MANUAL addresses may be requested on (`manualNetworks:`).
+    #[serde(default)]
     pub manual_networks: Option<Vec<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawSettings {
-    #[serde(default)]
-    capvcd: Value,
-    #[serde(default)]
-    manual_networks: Option<Vec<String>>,
+impl PolicySettings for Settings {
+    fn check(&self) -> Result<(), String> {
+        self.capvcd.check_nested("capvcd")?;
+        let names = self.manual_networks.as_deref().unwrap_or_default();
+        for (i, name) in names.iter().enumerate() {
+            capvcd::check_name(name)
+                .map_err(|why| format!("manualNetworks[{i}]: network name {name:?} {why}"))?;
+            if let Some(first) = names[..i].iter().position(|n| n == name) {
+                return Err(format!(
+                    "manualNetworks[{i}]: network {name:?} is already listed at \
+                     manualNetworks[{first}]"
+                ));
+            }
+            if annotation_key(name).len() > ANNOTATION_PREFIX.len() + MAX_KEY_NAME_LEN {
+                return Err(format!(
+                    "manualNetworks[{i}]: network name {name:?} is too long for an \
+                     annotation key (ip.<network> holds at most {MAX_KEY_NAME_LEN} \
+                     characters)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Settings {
     /// Reads and checks settings; JSON `null` means the CAPVCD defaults and any network.
+    ///
+    /// # Errors
+    /// Why the settings cannot be used, starting with the field at fault.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        let Some(raw) = settings::read_object::<RawSettings>(value, "capvcd and manualNetworks")?
-        else {
-            return Ok(Settings::default());
-        };
-        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
-        if let Some(names) = &raw.manual_networks {
-            for (i, name) in names.iter().enumerate() {
-                capvcd::check_name(name)
-                    .map_err(|why| format!("manualNetworks[{i}]: network name {name:?} {why}"))?;
-                if let Some(first) = names[..i].iter().position(|n| n == name) {
-                    return Err(format!(
-                        "manualNetworks[{i}]: network {name:?} is already listed at \
-                         manualNetworks[{first}]"
-                    ));
-                }
-                if annotation_key(name).len() > ANNOTATION_PREFIX.len() + MAX_KEY_NAME_LEN {
-                    return Err(format!(
-                        "manualNetworks[{i}]: network name {name:?} is too long for an \
-                         annotation key (ip.<network> holds at most {MAX_KEY_NAME_LEN} \
-                         characters)"
-                    ));
-                }
-            }
-        }
-        Ok(Settings {
-            capvcd,
-            manual_networks: raw.manual_networks,
-        })
+        settings::parse(value)
     }
 }
 
 /// Kubernetes limits the name part of an annotation key to 63 characters, `ip.` included.
 const MAX_KEY_NAME_LEN: usize = 63 - "ip.".len();
-
-/// Checks settings for the `nicpolicy_validate_settings` export.
-pub fn validate_settings(settings: &Value) -> Result<(), String> {
-    Settings::parse(settings).map(|_| ())
-}
 
 /// The annotation key that asks for an address on `network`.
 pub fn annotation_key(network: &str) -> String {
@@ -291,14 +281,6 @@ pub fn check_address(
         ));
     }
     Ok(address)
-}
-
-/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
-pub fn evaluate(request: &Request) -> Decision {
-    match Settings::parse(&request.settings) {
-        Ok(settings) => evaluate_with(request, &settings),
-        Err(message) => capvcd::settings_denial(message),
-    }
 }
 
 /// What [`check_annotations`] found.
@@ -516,12 +498,17 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     decision
 }
 
-nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use nicpolicy_plugin::testing;
+
+    /// The policy as the host runs it: settings read from the request.
+    fn evaluate(request: &Request) -> Decision {
+        settings::evaluate(request, evaluate_with)
+    }
     use nicpolicy_plugin::Inventory;
     use serde_json::json;
 
