@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::cases::{self, CaseError};
 use crate::manifest::{ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS};
-use crate::webhook::clusters::{cluster_name_of, ClusterGroup, StaticClusters};
+use crate::webhook::clusters::{cluster_name_of, namespace_of, ClusterGroup, StaticClusters};
 
 /// The kinds audited.
 pub const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
@@ -135,12 +135,7 @@ impl Inputs {
                 .and_then(|r| r.get("name"))
                 .and_then(Value::as_str);
             if let (Some("VCDMachineTemplate"), Some(name)) = (kind, name) {
-                let namespace = object
-                    .value
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .filter(|ns| !ns.is_empty())
-                    .unwrap_or("default");
+                let namespace = namespace_of(&object.value);
                 self.control_plane_templates
                     .insert((namespace.to_string(), name.to_string()));
             }
@@ -174,12 +169,7 @@ impl Inputs {
         object: &Object,
         inventory: Option<&Inventory>,
     ) -> Subject {
-        let namespace = object
-            .value
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or("default");
+        let namespace = namespace_of(&object.value);
         let source = if object.position.is_empty() {
             file.path.display().to_string()
         } else {

@@ -10,6 +10,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
 use crate::manifest::{ManifestFile, Object, CAPVCD_GROUP};
+use crate::webhook::clusters::namespace_of;
 
 /// Objects per list call: large lists come in pages, as kubectl fetches them.
 const PAGE: u32 = 500;
@@ -62,11 +63,7 @@ pub fn object_value(object: &DynamicObject, resource: &ApiResource) -> Value {
 pub fn files_by_namespace(values: Vec<Value>) -> Vec<ManifestFile> {
     let mut namespaces: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for value in values {
-        let namespace = value
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_string();
+        let namespace = namespace_of(&value).to_string();
         namespaces.entry(namespace).or_default().push(value);
     }
     namespaces

@@ -114,12 +114,17 @@ fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError>
 /// would create them.
 type Key = (String, String);
 
-fn key_of(object: &Value) -> Key {
-    let namespace = object
+/// The namespace of an object; `default` when it has none, as kubectl would create it.
+pub fn namespace_of(object: &Value) -> &str {
+    object
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .filter(|ns| !ns.is_empty())
-        .unwrap_or("default");
+        .unwrap_or("default")
+}
+
+fn key_of(object: &Value) -> Key {
+    let namespace = namespace_of(object);
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
