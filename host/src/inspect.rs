@@ -127,17 +127,18 @@ fn not_wasm_hint(bytes: &[u8]) -> &'static str {
 
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
-    if bytes.len() > MAX_MODULE_BYTES {
-        return Err(LoadError::TooLarge {
-            size: bytes.len(),
-            limit: MAX_MODULE_BYTES,
-        });
-    }
+    // The magic first: a native library is named as one, however large.
     if !bytes.starts_with(b"\0asm") {
         let hint = not_wasm_hint(bytes);
         return Err(LoadError::NotWasm(format!(
             "the file does not start with the Wasm magic bytes \\0asm{hint}"
         )));
+    }
+    if bytes.len() > MAX_MODULE_BYTES {
+        return Err(LoadError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MODULE_BYTES,
+        });
     }
     // Function types by type index; `None` for non-function types.
     let mut types: Vec<Option<ItemType>> = Vec::new();

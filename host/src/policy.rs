@@ -3,9 +3,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
-use nicpolicy_plugin::schema::SettingsValidation;
+use nicpolicy_plugin::schema::{EvaluateOutput, SettingsValidation};
 use nicpolicy_plugin::{Decision, Request};
-use serde::Deserialize;
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -477,11 +476,6 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
     Ok(())
 }
 
-#[derive(Deserialize)]
-struct ErrorEnvelope {
-    error: String,
-}
-
 /// Reads a decision (or an error envelope) and checks that it is coherent.
 pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
     let text = std::str::from_utf8(bytes)
@@ -496,8 +490,9 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
             decision
         }
         Err(err) => {
-            if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(text) {
-                return Err(EvalError::Policy(envelope.error));
+            // Not a decision: the error envelope of the schema, or garbage.
+            if let Ok(EvaluateOutput::Error { error }) = serde_json::from_str(text) {
+                return Err(EvalError::Policy(error));
             }
             let path = err.path().to_string();
             let at = if path == "." {

@@ -42,13 +42,23 @@ impl Request {
     /// Borrows this request with `settings` in place of its own, so a host can send the
     /// settings of the policy it calls without cloning the request.
     pub fn with_settings<'a>(&'a self, settings: &'a Value) -> RequestRef<'a> {
+        // Taken apart field by field, so a field added to `Request` must be placed here too.
+        let Request {
+            operation,
+            kind,
+            machine,
+            old_machine,
+            cluster,
+            inventory,
+            settings: _,
+        } = self;
         RequestRef {
-            operation: self.operation,
-            kind: self.kind,
-            machine: &self.machine,
-            old_machine: self.old_machine.as_ref(),
-            cluster: &self.cluster,
-            inventory: self.inventory.as_ref(),
+            operation: *operation,
+            kind: *kind,
+            machine,
+            old_machine: old_machine.as_ref(),
+            cluster,
+            inventory: inventory.as_ref(),
             settings,
         }
     }
