@@ -42,6 +42,10 @@
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
 //!   files, suites and JUnit reports), [`error`].
 //!
+//! - [`audit`] and [`controller`] (feature `webhook`): every machine of a set of manifests or of
+//!   a cluster evaluated against its own cluster, with a candidate chain beside (shadow mode);
+//!   `nicpolicy audit` and the continuous `nicpolicy controller`.
+//!
 //! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
 //!
 //! # Features
@@ -59,11 +63,15 @@
 
 #![doc(test(attr(deny(warnings))))]
 
+#[cfg(feature = "webhook")]
+pub mod audit;
 #[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod cache;
 pub mod cases;
 pub mod chain;
+#[cfg(feature = "webhook")]
+pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod inspect;

@@ -1,6 +1,8 @@
 //! The `nicpolicy` commands, one module each, and what they share: the output format and the
 //! error type that carries an exit code.
 
+pub mod audit;
+pub mod controller;
 pub mod eval;
 pub mod export;
 pub mod inspect;
