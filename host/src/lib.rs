@@ -30,7 +30,9 @@
 //! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
 //! policies evaluated in order as one), [`inspect`] (reading a module without running it),
 //! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`], [`webhook`] (the admission webhook of `nicpolicy serve`).
+//! files), [`error`], [`lifecycle`] (the rules that keep admission from blocking a cluster's
+//! lifecycle: deletion, ratcheted updates, request faults, unknown clusters), [`webhook`] (the
+//! admission webhook of `nicpolicy serve`).
 
 pub mod builtin;
 pub mod cache;
@@ -39,6 +41,7 @@ pub mod chain;
 pub mod engine;
 pub mod error;
 pub mod inspect;
+pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 pub mod policy;

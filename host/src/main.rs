@@ -80,15 +80,18 @@ struct TestArgs {
 #[derive(clap::Args)]
 struct EvalArgs {
     /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works).
+    /// Without it the machine is checked as one whose cluster is not known yet: only the rules
+    /// that need no cluster apply.
     #[arg(long, value_name = "FILE")]
-    cluster: PathBuf,
+    cluster: Option<PathBuf>,
     /// File holding the VCDMachine or VCDMachineTemplate.
     #[arg(long, value_name = "FILE")]
     machine: PathBuf,
     /// Which machine, when the machine file holds several.
     #[arg(long, value_name = "NAME")]
     machine_name: Option<String>,
-    /// The stored version of the machine: evaluates an UPDATE instead of a CREATE.
+    /// The stored version of the machine: evaluates an UPDATE instead of a CREATE, judged by
+    /// what it changes (violations the stored object already has are warnings).
     #[arg(long, value_name = "FILE")]
     old: Option<PathBuf>,
     /// The org VDC's networks (see docs/schema.md).
@@ -362,7 +365,7 @@ fn export_cmd(args: ExportArgs) -> Result<u8, Failure> {
 
 fn eval(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     let request = manifest::RequestFiles {
-        cluster: Some(&args.cluster),
+        cluster: args.cluster.as_deref(),
         machine: Some(&args.machine),
         machine_name: args.machine_name.as_deref(),
         old: args.old.as_deref(),
@@ -373,7 +376,8 @@ fn eval(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
     let chain = load_chain(&args.policy, specs, args.verbose)?;
 
-    let evaluation = match chain.evaluate(&request) {
+    // Judged as the webhook judges: deletions, ratcheted updates, request faults.
+    let evaluation = match nicpolicy::lifecycle::judge(&request, |r| chain.evaluate(r)) {
         Ok(evaluation) => evaluation,
         Err(err) => {
             // The error names the policy that failed and says why.
@@ -440,6 +444,9 @@ fn load_chain(
         let policy = loaded
             .with_context(|| spec.source.load_context())
             .map_err(usage)?;
+        if let nicpolicy::cache::CacheStatus::Untrusted(why) = policy.cache_status() {
+            eprintln!("warning: compiled-module cache not used: {why}");
+        }
         if verbose {
             eprintln!(
                 "loaded {} (sha256 {}) in {:.2} ms, cache: {:?}",
@@ -485,7 +492,11 @@ fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) 
             nicpolicy::plugin::Role::Worker => "worker",
         }
     );
-    let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    if request.cluster_unknown {
+        let _ = writeln!(out, "Cluster:   (not known yet: checked without it)");
+    } else {
+        let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    }
     let policies: Vec<String> = chain
         .policies()
         .iter()

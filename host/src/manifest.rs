@@ -294,6 +294,7 @@ impl ManifestFile {
                     failure_domain: m.spec.failure_domain,
                     extra_ovdc_networks: m.spec.extra_ovdc_networks.unwrap_or_default(),
                     provider_id: m.spec.provider_id,
+                    deletion_timestamp: m.metadata.deletion_timestamp,
                 },
             ))
         } else {
@@ -314,6 +315,7 @@ impl ManifestFile {
                     failure_domain: inner.spec.failure_domain,
                     extra_ovdc_networks: inner.spec.extra_ovdc_networks.unwrap_or_default(),
                     provider_id: inner.spec.provider_id,
+                    deletion_timestamp: t.metadata.deletion_timestamp,
                 },
             ))
         }
@@ -561,7 +563,8 @@ fn parse_ip(text: &str) -> Result<IpAddr, String> {
 /// The files `nicpolicy eval` reads, turned into one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestFiles<'a> {
-    /// File with the VCDCluster (a whole `clusterctl generate` output works).
+    /// File with the VCDCluster (a whole `clusterctl generate` output works); `None` when the
+    /// machine's cluster is not known yet ([`Request::cluster_unknown`]).
     pub cluster: Option<&'a Path>,
     /// File with the VCDMachine or VCDMachineTemplate.
     pub machine: Option<&'a Path>,
@@ -582,13 +585,13 @@ impl RequestFiles<'_> {
             found: "no file given".to_string(),
         };
         let machine = ManifestFile::read(self.machine.ok_or_else(|| missing("machine file"))?)?;
-        let cluster = ManifestFile::read(self.cluster.ok_or_else(|| missing("cluster file"))?)?;
+        let cluster = self.cluster.map(ManifestFile::read).transpose()?;
         let old = self.old.map(ManifestFile::read).transpose()?;
         let inventory = self.inventory.map(read_inventory).transpose()?;
         build_request(
             &machine,
             self.machine_name,
-            &cluster,
+            cluster.as_ref(),
             old.as_ref(),
             inventory,
         )
@@ -597,11 +600,12 @@ impl RequestFiles<'_> {
 
 /// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
 /// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
-/// file holds several.
+/// file holds several. Without a cluster file the cluster is not known yet
+/// ([`Request::cluster_unknown`]), as for a template applied before its cluster.
 pub fn build_request(
     machine_file: &ManifestFile,
     machine_name: Option<&str>,
-    cluster_file: &ManifestFile,
+    cluster_file: Option<&ManifestFile>,
     old_file: Option<&ManifestFile>,
     inventory: Option<Inventory>,
 ) -> Result<Request, ManifestError> {
@@ -610,7 +614,10 @@ pub fn build_request(
         .labels
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
         .map(String::as_str);
-    let cluster = cluster_file.cluster(cluster_name)?;
+    let cluster = match cluster_file {
+        Some(file) => file.cluster(cluster_name)?,
+        None => unknown_cluster(cluster_name.unwrap_or_default(), &machine.namespace),
+    };
     let old_machine = match old_file {
         Some(file) => {
             let (old_kind, old) = file.machine(machine_name)?;
@@ -641,7 +648,22 @@ pub fn build_request(
         cluster,
         inventory,
         settings: Value::Null,
+        cluster_unknown: cluster_file.is_none(),
+        baseline: false,
     })
+}
+
+/// What a request says of a cluster that is not known yet: the name the machine gives (may be
+/// empty) and its namespace, nothing else ([`Request::cluster_unknown`]).
+pub fn unknown_cluster(name: &str, namespace: &str) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ovdc: String::new(),
+        ovdc_network: String::new(),
+        zone_topology: None,
+        zones: Vec::new(),
+    }
 }
 
 /// The parts of CAPVCD's objects the host reads. Unknown fields are ignored: real manifests
@@ -659,6 +681,7 @@ mod crd {
         pub namespace: Option<String>,
         pub labels: Option<BTreeMap<String, String>>,
         pub annotations: Option<BTreeMap<String, String>>,
+        pub deletion_timestamp: Option<String>,
     }
 
     #[derive(Deserialize, Default)]

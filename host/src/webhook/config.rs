@@ -7,7 +7,7 @@
 //! tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
 //! inventory: inventory.yaml            # relative paths are relative to this file
 //! onPolicyFailure: Deny                # or Allow (with a warning)
-//! onUnknownCluster: Deny               # or Allow (with a warning)
+//! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
 //! policies:
 //!   VCDMachine:
 //!     - path: policies/capvcd.wasm
@@ -15,6 +15,7 @@
 //!       settings: {maxNics: 6}
 //!       timeout: 250ms
 //!       memory: 64Mi
+//!       maxInputBytes: 3Mi             # default: maxRequestBytes
 //!   VCDMachineTemplate:
 //!     - builtin: capvcd
 //! ```
@@ -40,6 +41,21 @@ pub enum FailureMode {
     /// Deny the object, saying why.
     Deny,
     /// Admit the object with a warning saying what was not checked.
+    Allow,
+}
+
+/// What to answer for a machine whose VCDCluster cannot be found: it names no cluster (a
+/// VCDMachineTemplate as `clusterctl generate cluster` writes it), or one that does not exist yet
+/// (`kubectl apply` creates a manifest's objects in file order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum UnknownClusterMode {
+    /// Check every rule that does not need the cluster (duplicates, NIC count, names, settings,
+    /// inventory) and admit with a warning when they pass; the rest runs when the machine is
+    /// created with its cluster label. The default.
+    CheckWithoutCluster,
+    /// Deny, saying what is missing (the strictness of earlier releases).
+    Deny,
+    /// Admit unchecked, with a warning.
     Allow,
 }
 
@@ -119,7 +135,7 @@ pub struct ServeConfig {
     /// What to do when a policy fails at run time (trap, time limit, memory cap, bad output).
     pub on_policy_failure: FailureMode,
     /// What to do when the machine's cluster cannot be found.
-    pub on_unknown_cluster: FailureMode,
+    pub on_unknown_cluster: UnknownClusterMode,
     /// The org VDC network inventory file.
     pub inventory: Option<PathBuf>,
     /// Where VCDClusters come from.
@@ -209,7 +225,7 @@ mod file {
         #[serde(default)]
         pub policies: BTreeMap<String, Vec<Policy>>,
         pub on_policy_failure: Option<FailureMode>,
-        pub on_unknown_cluster: Option<FailureMode>,
+        pub on_unknown_cluster: Option<UnknownClusterMode>,
         pub inventory: Option<PathBuf>,
         pub clusters: Option<Clusters>,
         pub evaluation: Option<Evaluation>,
@@ -236,6 +252,7 @@ mod file {
         pub settings_file: Option<PathBuf>,
         pub timeout: Option<String>,
         pub memory: Option<Size>,
+        pub max_input_bytes: Option<Size>,
     }
 
     #[derive(Deserialize)]
@@ -277,6 +294,13 @@ mod file {
 }
 
 impl ServeConfig {
+    /// Default `maxRequestBytes`: kube-apiserver's own limit on a request body. It is also the
+    /// default input cap of every policy (`maxInputBytes`): a policy's request is built from
+    /// the body (the object and the stored object without status and managedFields), so a body
+    /// the server accepts gives an input under the cap unless the inventory or settings are
+    /// large.
+    pub const DEFAULT_MAX_REQUEST_BYTES: usize = 3 << 20;
+
     /// Default evaluation slots: one per core, at least two.
     pub fn default_workers() -> usize {
         std::thread::available_parallelism()
@@ -288,12 +312,15 @@ impl ServeConfig {
     /// The configuration used without a file: the built-in CAPVCD policy for both kinds,
     /// clusters from the Kubernetes API, failures denied.
     pub fn builtin_default() -> ServeConfig {
+        let max_request_bytes = Self::DEFAULT_MAX_REQUEST_BYTES;
         let capvcd = |kind: KindKey| PolicyConfig {
             source: ModuleSource::Builtin("capvcd".to_string()),
             sha256: None,
             settings: Value::Null,
             settings_file: None,
-            limits: Limits::default().with_timeout(Duration::from_millis(250)),
+            limits: Limits::default()
+                .with_timeout(Duration::from_millis(250))
+                .with_max_input_bytes(max_request_bytes),
             field: format!("policies.{}[0]", kind.as_str()),
         };
         ServeConfig {
@@ -305,14 +332,14 @@ impl ServeConfig {
                 .map(|k| (k, vec![capvcd(k)]))
                 .collect(),
             on_policy_failure: FailureMode::Deny,
-            on_unknown_cluster: FailureMode::Deny,
+            on_unknown_cluster: UnknownClusterMode::CheckWithoutCluster,
             inventory: None,
             clusters: ClusterSourceConfig::Kubernetes {
                 cluster_api_version: "v1beta1".to_string(),
             },
             workers: Self::default_workers(),
             queue_timeout: Duration::from_secs(2),
-            max_request_bytes: 3 << 20,
+            max_request_bytes,
             reload_interval: Some(Duration::from_secs(2)),
             nic_plan_annotation: true,
         }
@@ -479,6 +506,11 @@ impl ServeConfig {
                     (None, None) => (Value::Null, None),
                 };
                 let default_limits = defaults.policies[&kind][0].limits;
+                let max_request_bytes = size(
+                    "maxRequestBytes",
+                    &raw.max_request_bytes,
+                    defaults.max_request_bytes,
+                )?;
                 let limits = Limits::default()
                     .with_timeout(duration(
                         &format!("{at}.timeout"),
@@ -489,6 +521,11 @@ impl ServeConfig {
                         &format!("{at}.memory"),
                         &entry.memory,
                         default_limits.memory_bytes,
+                    )?)
+                    .with_max_input_bytes(size(
+                        &format!("{at}.maxInputBytes"),
+                        &entry.max_input_bytes,
+                        max_request_bytes,
                     )?);
                 chain.push(PolicyConfig {
                     source,
@@ -656,7 +693,10 @@ reload: {interval: 1s}
         assert_eq!(tls.cert_file, Path::new("/etc/nicpolicy/tls/tls.crt"));
         assert_eq!(tls.key_file, Path::new("/tls/tls.key"));
         assert_eq!(config.on_policy_failure, FailureMode::Allow);
-        assert_eq!(config.on_unknown_cluster, FailureMode::Deny);
+        assert_eq!(
+            config.on_unknown_cluster,
+            UnknownClusterMode::CheckWithoutCluster
+        );
         let machine = &config.policies[&KindKey::VcdMachine][0];
         assert_eq!(
             machine.source,

@@ -39,7 +39,7 @@ pub mod server;
 pub mod tls;
 
 pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
-pub use config::{ConfigError, FailureMode, KindKey, ServeConfig};
+pub use config::{ConfigError, FailureMode, KindKey, ServeConfig, UnknownClusterMode};
 pub use policies::{ServeLoadError, Served, ServedPolicies};
 pub use review::{Answer, Endpoint, NativeEvaluator, Reviewer, NIC_PLAN_ANNOTATION};
 pub use server::{App, Server};

@@ -13,7 +13,9 @@ use std::time::Duration;
 use nicpolicy_plugin::Inventory;
 use sha2::{Digest, Sha256};
 
-use super::config::{ConfigError, FailureMode, KindKey, ModuleSource, ServeConfig};
+use super::config::{
+    ConfigError, FailureMode, KindKey, ModuleSource, ServeConfig, UnknownClusterMode,
+};
 use super::metrics::Metrics;
 use crate::error::LoadError;
 use crate::manifest::{self, ManifestError};
@@ -144,7 +146,7 @@ impl Served {
     }
 
     /// What to do when a machine's cluster is unknown.
-    pub fn on_unknown_cluster(&self) -> FailureMode {
+    pub fn on_unknown_cluster(&self) -> UnknownClusterMode {
         self.config.on_unknown_cluster
     }
 }

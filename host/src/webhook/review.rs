@@ -12,15 +12,16 @@ use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, Status};
-use nicpolicy_plugin::{Decision, ObjectKind, Operation as PolicyOperation, Reason, Request};
+use nicpolicy_plugin::{Decision, ObjectKind, Operation as PolicyOperation, Request};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
-use super::config::{FailureMode, KindKey};
+use super::config::{FailureMode, KindKey, UnknownClusterMode};
 use super::metrics::{FailureLabels, Metrics, PolicyLabels, ReviewLabels};
 use super::policies::{Served, ServedPolicies};
-use crate::manifest::{ManifestFile, CAPVCD_GROUP};
+use crate::lifecycle::{self, reason_words};
+use crate::manifest::{self, ManifestFile, CAPVCD_GROUP};
 use crate::{ChainError, ChainEvaluation};
 
 /// Annotation that carries the NIC plan, written by the mutating endpoint.
@@ -78,8 +79,10 @@ pub struct Answer {
     pub allowed: bool,
     /// What the review came to, as `nicpolicy_reviews_total` counts it.
     pub result: &'static str,
-    /// Generation of the configuration that answered (0 when none was consulted).
+    /// Generation of the configuration that answered.
     pub generation: u64,
+    /// Why the request could not be read (HTTP 400); empty otherwise.
+    pub message: String,
 }
 
 /// What a review needs to reach a decision after it is read.
@@ -91,6 +94,8 @@ struct Job {
     served: Arc<Served>,
     policy: Request,
     display: String,
+    /// Warnings of the host's own (the cluster is not known yet), given with the answer.
+    warnings: Vec<String>,
 }
 
 /// Native code standing in for the served policies; see [`Reviewer::with_native_evaluator`].
@@ -168,10 +173,15 @@ impl Reviewer {
             served.config.workers,
             waited.as_millis()
         );
-        let answer = match read_review(body) {
+        let answer = match read_review(body, served.generation) {
             Ok(request) => failure_answer(
                 &request,
-                served.on_policy_failure(),
+                // An object being deleted is never denied, not even unchecked.
+                if deleting(&request) {
+                    FailureMode::Allow
+                } else {
+                    served.on_policy_failure()
+                },
                 503,
                 "ServiceUnavailable",
                 &message,
@@ -190,36 +200,45 @@ impl Reviewer {
         answer
     }
 
+    /// Counts a request answered without evaluation and logs why (info: the API server sent
+    /// something this webhook cannot check, which its operator should be able to see).
+    pub fn reject(&self, reason: &'static str, message: &str) {
+        self.metrics.reject(reason);
+        tracing::info!(reason, "review rejected: {message}");
+    }
+
     fn prepare(&self, endpoint: Endpoint, kind: KindKey, body: &[u8]) -> Result<Job, Answer> {
+        let served = self.policies.get();
+        let generation = served.generation;
+        let malformed = |answer: Answer| {
+            self.reject("malformed", &answer.message);
+            answer
+        };
         let mut raw: Value = serde_json::from_slice(body).map_err(|err| {
-            self.metrics.reject("malformed");
-            invalid(format!("the request body is not JSON: {err}"))
+            malformed(invalid(
+                format!("the request body is not JSON: {err}"),
+                generation,
+            ))
         })?;
         // The objects are moved out, not copied: `read_machine` reads them (with field paths
         // in its errors) and the rest of the review is small.
         let object = raw.pointer_mut("/request/object").map(Value::take);
         let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
-        let request = review_request(&raw).inspect_err(|_| self.metrics.reject("malformed"))?;
-        let served = self.policies.get();
+        let request = review_request(&raw, generation).map_err(malformed)?;
         let object_kind = &request.kind;
         if object_kind.group != CAPVCD_GROUP || object_kind.kind != kind.as_str() {
-            self.metrics.reject("wrong_kind");
             let got = if object_kind.group.is_empty() {
                 format!("{} (core)", object_kind.kind)
             } else {
                 format!("{}.{}", object_kind.kind, object_kind.group)
             };
-            return Err(deny(
-                &request,
-                400,
-                "BadRequest",
-                format!(
-                    "{} serves {}.{CAPVCD_GROUP} objects, not {got}; check the webhook configuration's rules",
-                    endpoint.path(kind),
-                    kind.as_str()
-                ),
-                &served,
-            ));
+            let message = format!(
+                "{} serves {}.{CAPVCD_GROUP} objects, not {got}; check the webhook configuration's rules",
+                endpoint.path(kind),
+                kind.as_str()
+            );
+            self.reject("wrong_kind", &message);
+            return Err(deny(&request, 400, "BadRequest", message, &served));
         }
         // Status updates and deletions carry no network choice to check.
         if request
@@ -231,26 +250,27 @@ impl Reviewer {
             return Err(allow(&request, None, Vec::new(), &served));
         }
         if !served.chains.contains_key(&kind) {
-            self.metrics.reject("not_served");
             let config = served
                 .config
                 .path
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default();
+            let message = format!("no policy is configured for {} in {config}", kind.as_str());
+            self.reject("not_served", &message);
             return Err(failure_answer(
                 &request,
                 served.on_policy_failure(),
                 500,
                 "InternalError",
-                &format!("no policy is configured for {} in {config}", kind.as_str()),
+                &message,
                 &served,
             ));
         }
 
         let request_ref = &request;
         let bad_request = |message: String| {
-            self.metrics.reject("malformed");
+            self.reject("malformed", &message);
             deny(request_ref, 400, "BadRequest", message, &served)
         };
         let mut object = object.filter(Value::is_object).ok_or_else(|| {
@@ -277,8 +297,14 @@ impl Reviewer {
             _ => None,
         };
         let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
+        // Defaulting an object that is being deleted helps nobody: leave it alone.
+        if endpoint == Endpoint::Mutate && machine.is_deleting() {
+            return Err(allow(&request, None, Vec::new(), &served));
+        }
 
-        let cluster = cluster_name_of(&object)
+        let named = cluster_name_of(&object);
+        let cluster = named
+            .clone()
             .ok_or(LookupError::Unnamed {
                 kind: kind.as_str(),
                 owner: if kind == KindKey::VcdMachineTemplate {
@@ -288,20 +314,45 @@ impl Reviewer {
                 },
             })
             .and_then(|name| self.clusters.vcd_cluster(&machine.namespace, &name));
-        let cluster = match cluster {
-            Ok(cluster) => cluster,
+        let mut warnings = Vec::new();
+        let (cluster, cluster_unknown) = match cluster {
+            Ok(cluster) => (cluster, false),
             Err(err) => {
-                self.metrics.reject("unknown_cluster");
                 let message = format!("cannot check the networks of {display}: {err}");
-                return Err(match served.on_unknown_cluster() {
-                    FailureMode::Deny => deny(&request, 400, "BadRequest", message, &served),
-                    FailureMode::Allow => allow(
-                        &request,
-                        None,
-                        vec![format!("nicpolicy: networks not checked: {message}")],
-                        &served,
-                    ),
-                });
+                // An object being deleted is never denied: checked as far as possible instead.
+                let mode = if machine.is_deleting() {
+                    UnknownClusterMode::CheckWithoutCluster
+                } else {
+                    served.on_unknown_cluster()
+                };
+                if mode == UnknownClusterMode::CheckWithoutCluster {
+                    self.metrics.reject("unknown_cluster");
+                    let machine_name = display.as_str();
+                    tracing::info!(
+                        machine = machine_name,
+                        "cluster not known: checked without it: {err}"
+                    );
+                } else {
+                    self.reject("unknown_cluster", &message);
+                }
+                match mode {
+                    UnknownClusterMode::Deny => {
+                        return Err(deny(&request, 400, "BadRequest", message, &served))
+                    }
+                    UnknownClusterMode::Allow => {
+                        return Err(allow(
+                            &request,
+                            None,
+                            vec![format!("nicpolicy: networks not checked: {message}")],
+                            &served,
+                        ))
+                    }
+                    UnknownClusterMode::CheckWithoutCluster => {
+                        warnings.push(self.unknown_cluster_warning(&display, &machine, &err));
+                        let name = named.unwrap_or_default();
+                        (manifest::unknown_cluster(&name, &machine.namespace), true)
+                    }
+                }
             }
         };
         let policy = Request {
@@ -315,6 +366,8 @@ impl Reviewer {
             cluster,
             inventory: served.inventory.clone(),
             settings: Value::Null,
+            cluster_unknown,
+            baseline: false,
         };
         Ok(Job {
             request,
@@ -324,19 +377,44 @@ impl Reviewer {
             served,
             policy,
             display,
+            warnings,
         })
+    }
+
+    /// The warning for a machine checked without its cluster: why the cluster is unknown, what
+    /// was left unchecked, and whether the namespace's only VCDCluster was used (it is not:
+    /// nothing ties the machine to it yet).
+    fn unknown_cluster_warning(
+        &self,
+        display: &str,
+        machine: &nicpolicy_plugin::Machine,
+        err: &LookupError,
+    ) -> String {
+        let lone = match self.clusters.vcd_clusters_in(&machine.namespace).as_slice() {
+            [one] => format!(
+                " VCDCluster {one} is the only one in namespace {} but was not used: nothing ties                  this object to it yet.",
+                machine.namespace
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "nicpolicy: {display} was checked without its cluster ({err}): the rules that need              the VCDCluster (NIC 0, the primary network listed again, zones) run when a              VCDMachine is created with its cluster.x-k8s.io/cluster-name label.{lone}"
+        )
     }
 
     fn evaluate(&self, job: Job) -> Answer {
         let Some(chain) = job.served.chains.get(&job.kind) else {
             // `prepare` checked the kind against this very snapshot.
-            return invalid("no policy chain for this kind".to_string());
+            return invalid(
+                "no policy chain for this kind".to_string(),
+                job.served.generation,
+            );
         };
         self.metrics.in_flight.inc();
-        let result = match &self.native {
+        let evaluate = |request: &Request| match &self.native {
             Some(native) => {
                 let started = std::time::Instant::now();
-                let decision = native(&job.policy);
+                let decision = native(request);
                 Ok(ChainEvaluation {
                     decision,
                     logs: Vec::new(),
@@ -344,8 +422,10 @@ impl Reviewer {
                     elapsed: started.elapsed(),
                 })
             }
-            None => chain.evaluate(&job.policy),
+            None => chain.evaluate(request),
         };
+        // Deletions, request faults, unknown clusters and ratcheted updates, as everywhere.
+        let result = lifecycle::judge(&job.policy, evaluate);
         self.metrics.in_flight.dec();
         let evaluation = match result {
             Ok(evaluation) => evaluation,
@@ -390,15 +470,17 @@ impl Reviewer {
 
     fn validated(&self, job: &Job, evaluation: &ChainEvaluation) -> Answer {
         let decision = &evaluation.decision;
+        let mut warnings = job.warnings.clone();
+        warnings.extend(decision.warnings.iter().cloned());
         if decision.allowed {
-            return allow(&job.request, None, decision.warnings.clone(), &job.served);
+            return allow(&job.request, None, warnings, &job.served);
         }
         tracing::info!(machine = %job.display, uid = %job.request.uid, violations = decision.violations.len(), "denied");
         let mut response = AdmissionResponse::from(&job.request);
         response.allowed = false;
         response.result = invalid_status(job, decision);
-        if !decision.warnings.is_empty() {
-            response.warnings = Some(decision.warnings.clone());
+        if !warnings.is_empty() {
+            response.warnings = Some(warnings);
         }
         finish(response, false, "denied", &job.served)
     }
@@ -409,7 +491,9 @@ impl Reviewer {
         if !decision.allowed {
             return allow(&job.request, None, Vec::new(), &job.served);
         }
-        let plan = job.served.config.nic_plan_annotation.then(|| NicPlan {
+        // Without the cluster NIC 0 is unknown: no plan to write yet.
+        let annotate = job.served.config.nic_plan_annotation && !job.policy.cluster_unknown;
+        let plan = annotate.then(|| NicPlan {
             policy: chain_name,
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
@@ -422,32 +506,43 @@ impl Reviewer {
 }
 
 /// Reads the request out of an AdmissionReview, or says what is wrong with it.
-fn review_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, Answer> {
+fn review_request(raw: &Value, generation: u64) -> Result<AdmissionRequest<DynamicObject>, Answer> {
     let api_version = raw.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = raw.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
         return Err(invalid(format!(
             "expected an AdmissionReview of admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
-        )));
+        ), generation));
     }
     let review: AdmissionReview<DynamicObject> =
         serde_path_to_error::deserialize(raw).map_err(|err| {
-            invalid(format!(
-                "malformed AdmissionReview at {}: {}",
-                err.path(),
-                err.inner()
-            ))
+            invalid(
+                format!(
+                    "malformed AdmissionReview at {}: {}",
+                    err.path(),
+                    err.inner()
+                ),
+                generation,
+            )
         })?;
     review
         .try_into()
-        .map_err(|_| invalid("the AdmissionReview has no request".to_string()))
+        .map_err(|_| invalid("the AdmissionReview has no request".to_string(), generation))
 }
 
 /// [`review_request`] from bytes.
-fn read_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Answer> {
+fn read_review(body: &[u8], generation: u64) -> Result<AdmissionRequest<DynamicObject>, Answer> {
     let raw: Value = serde_json::from_slice(body)
-        .map_err(|err| invalid(format!("the request body is not JSON: {err}")))?;
-    review_request(&raw)
+        .map_err(|err| invalid(format!("the request body is not JSON: {err}"), generation))?;
+    review_request(&raw, generation)
+}
+
+/// Whether the review's object is being deleted (`metadata.deletionTimestamp` set).
+fn deleting(request: &AdmissionRequest<DynamicObject>) -> bool {
+    request
+        .object
+        .as_ref()
+        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
 }
 
 /// Objects being created may lack the namespace (it is in the request) or the name
@@ -547,26 +642,13 @@ pub fn patch_operations(
     operations
 }
 
-/// Kubernetes' words for each reason, as `field.ErrorList` prints them.
-fn reason_text(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Required => "Required value",
-        Reason::Invalid => "Invalid value",
-        Reason::Duplicate => "Duplicate value",
-        Reason::NotFound => "Not found",
-        Reason::TooMany => "Too many",
-        Reason::Forbidden => "Forbidden",
-        Reason::NotSupported => "Unsupported value",
-    }
-}
-
 /// The Status of an invalid object, as kube-apiserver builds it for schema errors
 /// (`reason: Invalid`, code 422, one cause per field), so kubectl prints it the same way.
 fn invalid_status(job: &Job, decision: &Decision) -> Status {
     let errors: Vec<String> = decision
         .violations
         .iter()
-        .map(|v| format!("{}: {}: {}", v.field, reason_text(v.reason), v.message))
+        .map(|v| format!("{}: {}: {}", v.field, reason_words(v.reason), v.message))
         .collect();
     let list = match errors.as_slice() {
         [one] => one.clone(),
@@ -667,15 +749,44 @@ fn failure_answer(
     }
 }
 
+/// The denial of a review too large to read, answered to its `uid` (found in its first bytes):
+/// a denial, not an error, so the API server refuses the object whatever the webhook's
+/// failurePolicy.
+pub fn too_large_answer(uid: &str, message: &str, generation: u64) -> Answer {
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": false,
+            "status": {
+                "status": "Failure",
+                "code": 413,
+                "reason": "RequestEntityTooLarge",
+                "message": message,
+            },
+        },
+    });
+    Answer {
+        http_status: 200,
+        body: serde_json::to_vec(&review).unwrap_or_default(),
+        allowed: false,
+        result: "error",
+        generation,
+        message: message.to_string(),
+    }
+}
+
 /// HTTP 400 for a body that is no readable AdmissionReview (there is no uid to answer to).
-fn invalid(message: String) -> Answer {
+fn invalid(message: String, generation: u64) -> Answer {
     let response = AdmissionResponse::invalid(&message);
     Answer {
         http_status: 400,
         body: encode(response),
         allowed: false,
         result: "error",
-        generation: 0,
+        generation,
+        message,
     }
 }
 
@@ -691,6 +802,7 @@ fn finish(
         allowed,
         result,
         generation: served.generation,
+        message: String::new(),
     }
 }
 
