@@ -834,6 +834,12 @@ fn a_cache_that_is_not_private_is_never_loaded() {
         stdout(&out)
     );
     assert!(stderr(&out).contains("mode 664"), "{}", stderr(&out));
+    // The trust boundary: a private cache is used as it is, planted file and all. (This is
+    // what the checks above keep a shared directory from doing.)
+    std::fs::set_permissions(&capvcd_entry, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = with_cache(&invalid);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("cache not used"), "{}", stderr(&out));
 }
 
 /// This process's uid, read from a file it creates (no `unsafe` needed for `geteuid`).

@@ -35,11 +35,22 @@ fn shapes() -> Vec<(&'static str, Box<dyn Fn() -> Vec<u8>>)> {
             Box::new(move || costly::heavy_functions(per_code - 1, locals, body - 64).wasm()),
         ),
         (
-            "max functions, 400 bytes each",
+            "max code in 400-byte functions",
             Box::new(move || {
                 let count = (bounds.max_code_bytes as usize / 420).min(functions - 8);
                 costly::heavy_functions(count, 16, 400).wasm()
             }),
+        ),
+        (
+            "max code in 4 KiB functions, 200 locals",
+            Box::new(move || {
+                let count = (bounds.max_code_bytes as usize / 4200).min(functions - 8);
+                costly::heavy_functions(count, 200, 4000).wasm()
+            }),
+        ),
+        (
+            "refused: 4 MiB of code in 400-byte functions",
+            Box::new(|| costly::heavy_functions(10_000, 16, 400).wasm()),
         ),
         (
             "refused: 100,000 tiny functions",
