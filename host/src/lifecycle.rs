@@ -112,7 +112,8 @@ pub fn judge<T: Judged, E: Failure>(
             }))
         }
         Err(failure) if failure.eval_error().is_request_fault() => {
-            return Ok(T::from_decision(request_fault_denial(request, &failure)))
+            tracing::info!(error = %failure, "request too large for the policy: denied");
+            return Ok(T::from_decision(request_fault_denial(request, &failure)));
         }
         Err(failure) => return Err(failure),
     };
