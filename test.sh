@@ -31,3 +31,16 @@ wasm-bindgen --target nodejs --out-dir target/js/pkg \
   target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
 node examples/js/evaluate.mjs target/js/pkg
 node --test examples/js/check-parity.mjs
+
+# The starter site policy, exactly as the README's "Writing a policy" builds it (a workspace of
+# its own; its target directory sits beside the others).
+site_target="$PWD/target/site-policy"
+nicpolicy_bin="$(cd "$(dirname "$nicpolicy")" && pwd)/nicpolicy"
+site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
+(
+  cd examples/site-policy
+  CARGO_TARGET_DIR="$site_target" cargo test
+  CARGO_TARGET_DIR="$site_target" cargo build --release --target wasm32-unknown-unknown
+  "$nicpolicy_bin" inspect "$site_wasm"
+  "$nicpolicy_bin" test --policy "$site_wasm" cases/
+)

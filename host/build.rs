@@ -27,6 +27,11 @@ fn main() {
         .expect("host/ sits in the workspace")
         .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
+    // Without the `builtin` feature nothing is embedded: an embedder of the library does not
+    // build policy crates inside its own build.
+    if env::var_os("CARGO_FEATURE_BUILTIN").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-env-changed=NICPOLICY_POLICY_DIR");
     println!("cargo:rerun-if-env-changed=WASM_OPT");
     for watched in ["plugin/src", "plugin/Cargo.toml", "policies", "Cargo.lock"] {

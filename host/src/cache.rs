@@ -73,6 +73,12 @@ impl ModuleCache {
 
     /// Loads the precompiled module for `bytes`, or compiles it (giving up after
     /// `compile_timeout`, see [`compile_within`]) and stores it.
+    ///
+    /// # Errors
+    /// Compilation failed or took too long ([`LoadError::Compile`],
+    /// [`LoadError::CompileTimeout`]); a cache that cannot be read or written is not an error.
+    // Deserialising a precompiled module is `unsafe` in Wasmtime: see the SAFETY note below.
+    #[allow(unsafe_code)]
     pub fn load_or_compile(
         &self,
         engine: &Engine,
@@ -142,6 +148,8 @@ pub enum Entry {
 ///
 /// A directory that does not exist yet passes: [`ModuleCache`] creates it with mode 0700.
 #[cfg(unix)]
+// `geteuid` is a libc call, so `unsafe` in Rust: see the SAFETY note below.
+#[allow(unsafe_code)]
 pub fn check_private(path: &Path, entry: Entry) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
 

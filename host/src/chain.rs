@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use nicpolicy_plugin::{Decision, Request, Violation};
 use serde_json::Value;
 
-use crate::cases::{Case, Outcome};
 use crate::error::{EvalError, LoadError};
 use crate::policy::{Evaluation, LogLine, Policy};
 
@@ -164,6 +163,9 @@ impl PolicyChain {
     }
 
     /// The same chain with other settings for its first policy, checked by that policy.
+    ///
+    /// # Errors
+    /// As for [`Policy::with_settings`].
     pub fn with_first_settings(&self, settings: Value) -> Result<PolicyChain, LoadError> {
         let mut policies = self.policies.clone();
         policies[0] = self.first().with_settings(settings)?;
@@ -171,6 +173,10 @@ impl PolicyChain {
     }
 
     /// Evaluates every policy in order and combines their decisions.
+    ///
+    /// # Errors
+    /// A [`ChainError`] naming the first policy whose evaluation failed (see
+    /// [`Policy::evaluate`]); the policies after it do not run.
     pub fn evaluate(&self, request: &Request) -> Result<ChainEvaluation, ChainError> {
         let started = Instant::now();
         let attribute = self.policies.len() > 1;
@@ -236,39 +242,10 @@ impl PolicyChain {
             elapsed: started.elapsed(),
         })
     }
-
-    /// Runs a case file against the chain: the case's settings go to the first policy, the
-    /// others keep theirs, and the combined decision is compared with the expectation.
-    pub fn run_case(&self, case: &Case) -> Outcome {
-        let chain = match self.with_first_settings(case.settings.clone()) {
-            Ok(chain) if case.expect.settings_rejected.is_none() => chain,
-            // The settings concern the first policy alone, so its own run reports the refusal
-            // (or the unexpected acceptance) exactly as for a single policy. A policy has no
-            // source of nondeterminism, so checking the settings again gives the same verdict.
-            _ => return case.run(self.first()),
-        };
-        let chain = match case.max_input_bytes {
-            Some(bytes) => chain.with_max_input_bytes(bytes),
-            None => chain,
-        };
-        match crate::lifecycle::judge(&case.request, |request| chain.evaluate(request)) {
-            Ok(evaluation) => case.check(&Ok(evaluation.into_evaluation())),
-            Err(failure) => {
-                let attribution = failure.to_string();
-                match case.check(&Err(failure.error)) {
-                    Outcome::Passed => Outcome::Passed,
-                    // Say which policy failed: the error alone does not.
-                    Outcome::Failed { mismatches, .. } => Outcome::Failed {
-                        mismatches,
-                        actual: attribution,
-                    },
-                }
-            }
-        }
-    }
 }
 
-#[cfg(test)]
+// The tests chain the built-in CAPVCD policy with hand-written modules.
+#[cfg(all(test, feature = "builtin"))]
 mod tests {
     use std::path::Path;
     use std::sync::OnceLock;

@@ -83,7 +83,12 @@ pub struct Host {
 }
 
 impl Host {
-    /// Creates the engine and starts the epoch ticker.
+    /// Creates the engine and starts the epoch ticker. Expensive (it reserves the pool's
+    /// address space): create one per process and clone it.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when Wasmtime refuses the configuration (for example, not enough
+    /// address space for the pool), [`HostError::Ticker`] when the ticker thread cannot start.
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
         let mut wasm = Config::new();
         wasm.epoch_interruption(true)
@@ -139,6 +144,9 @@ impl Host {
     }
 
     /// Compiles a module, through the cache when there is one.
+    ///
+    /// # Errors
+    /// [`LoadError::Compile`] or [`LoadError::CompileTimeout`].
     pub fn compile(
         &self,
         bytes: &[u8],
@@ -156,11 +164,19 @@ impl Host {
     }
 
     /// Loads a policy from module bytes: inspect, ABI checks, compile, settings check.
+    ///
+    /// # Errors
+    /// A [`LoadError`]: the module is not a valid ABI v1 policy, does not match its pinned
+    /// digest, cannot be compiled in time, asks for limits the host cannot give, or refuses its
+    /// settings.
     pub fn load(&self, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
         Policy::load(self, bytes, options)
     }
 
     /// Loads a policy from a `.wasm` file.
+    ///
+    /// # Errors
+    /// [`LoadError::Read`] when the file cannot be read; otherwise as for [`Host::load`].
     pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
         let bytes = std::fs::read(path).map_err(|error| LoadError::Read {
             path: path.to_path_buf(),

@@ -17,7 +17,7 @@ pub enum LoadError {
     },
     /// The module is larger than [`MAX_MODULE_BYTES`](crate::limits::MAX_MODULE_BYTES); refused
     /// before it is parsed or compiled.
-    #[error("the module is {size} bytes, over the {limit}-byte limit for a policy module")]
+    #[error("the module is {size} bytes, over the {limit}-byte limit for a policy module (a debug build? build with `--release`, or `--profile policy` in the nicpolicy workspace: optimised and stripped)")]
     TooLarge {
         /// Module size in bytes.
         size: usize,
@@ -50,7 +50,7 @@ pub enum LoadError {
         expected: u32,
     },
     /// A required export is missing.
-    #[error("missing export `{name}`: ABI v1 needs `{name}` as {expected}")]
+    #[error("missing export `{name}`: ABI v1 needs `{name}` as {expected} (a Rust policy gets every export from `nicpolicy_plugin::export_policy!`, built for wasm32-unknown-unknown; docs/abi.md lists them)")]
     MissingExport {
         /// Export name.
         name: &'static str,
@@ -104,6 +104,28 @@ pub enum LoadError {
     /// The policy refused its settings.
     #[error("settings refused by the policy: {0}")]
     Settings(String),
+    /// The policy refused the settings read from a file.
+    #[error("settings in {} refused by the policy: {reason}", path.display())]
+    SettingsFileRefused {
+        /// The settings file.
+        path: PathBuf,
+        /// The policy's reason.
+        reason: String,
+    },
+    /// A settings file could not be read or parsed.
+    #[error(transparent)]
+    SettingsFile(Box<crate::manifest::ManifestError>),
+    /// No built-in policy has this name.
+    #[error("no built-in policy named `{name}`; built-in policies: {known}")]
+    UnknownBuiltin {
+        /// The name asked for.
+        name: String,
+        /// The names there are, joined by `, ` (`none` in a build without them).
+        known: String,
+    },
+    /// A chain was given no policy at all.
+    #[error("a chain needs at least one policy")]
+    EmptyChain,
     /// Calling the module while loading it failed (ABI version or settings check).
     #[error("the policy failed while loading: {0}")]
     Runtime(EvalError),

@@ -150,23 +150,40 @@ fn invalid(err: wasmparser::BinaryReaderError) -> LoadError {
     LoadError::Invalid(err.to_string())
 }
 
+/// What a file that is not Wasm probably is, and how to get the module instead.
+fn not_wasm_hint(bytes: &[u8]) -> &'static str {
+    let native: [&[u8]; 4] = [
+        b"\x7fELF",          // Linux .so or program
+        b"!<arch>\n",        // .rlib or .a
+        b"MZ",               // Windows .dll or .exe
+        b"\xcf\xfa\xed\xfe", // Mach-O .dylib
+    ];
+    if bytes.trim_ascii_start().starts_with(b"(module") {
+        "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
+    } else if native.iter().any(|magic| bytes.starts_with(magic)) {
+        // The library `cargo build` wrote for this machine, not for wasm32.
+        "; this is a native library or program: build the policy crate with `cargo build \
+         --target wasm32-unknown-unknown --release` and give \
+         target/wasm32-unknown-unknown/release/<crate>.wasm"
+    } else {
+        ""
+    }
+}
+
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
+    // The magic first: a native library is named as one, however large.
+    if !bytes.starts_with(b"\0asm") {
+        let hint = not_wasm_hint(bytes);
+        return Err(LoadError::NotWasm(format!(
+            "the file does not start with the Wasm magic bytes \\0asm{hint}"
+        )));
+    }
     if bytes.len() > MAX_MODULE_BYTES {
         return Err(LoadError::TooLarge {
             size: bytes.len(),
             limit: MAX_MODULE_BYTES,
         });
-    }
-    if !bytes.starts_with(b"\0asm") {
-        let hint = if bytes.trim_ascii_start().starts_with(b"(module") {
-            "; this looks like WebAssembly text, compile it with `wasm-tools parse` or `wat2wasm`"
-        } else {
-            ""
-        };
-        return Err(LoadError::NotWasm(format!(
-            "the file does not start with the Wasm magic bytes \\0asm{hint}"
-        )));
     }
     // Function types by type index; `None` for non-function types.
     let mut types: Vec<Option<ItemType>> = Vec::new();

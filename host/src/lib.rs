@@ -27,13 +27,39 @@
 //! # }
 //! ```
 //!
-//! Modules: [`engine`] (the [`Host`]), [`policy`] (a loaded [`Policy`]), [`chain`] (several
-//! policies evaluated in order as one), [`inspect`] (reading a module without running it),
-//! [`limits`], [`cache`], [`manifest`] (Kubernetes objects to a request), [`cases`] (case
-//! files), [`error`], [`lifecycle`] (the rules that keep admission from blocking a cluster's
-//! lifecycle: deletion, ratcheted updates, request faults, unknown clusters), [`webhook`] (the
-//! admission webhook of `nicpolicy serve`).
+//! # Where to start
+//!
+//! - [`Host`] ([`engine`]): the Wasmtime engine, its epoch ticker and the compiled-module cache.
+//!   Expensive to create (it reserves the instance pool); one per process, cheap to clone.
+//! - [`Policy`] ([`policy`]): a loaded module with its settings and limits. Loading compiles
+//!   (or reads the cache), checks the ABI and the settings; evaluating instantiates afresh for
+//!   every call, so nothing survives between machines. `Send + Sync`, cheap to clone.
+//! - [`PolicySpec`] and [`Host::load_chain`] ([`spec`]): where a policy comes from (a file, a
+//!   built-in, bytes), its settings, digest pin and limits; a list of them loads into a
+//!   [`PolicyChain`] ([`chain`]) with errors naming the entry that failed. The CLI and the
+//!   webhook both load their policies this way.
+//! - [`RequestFiles`] ([`manifest`]): Kubernetes manifests to a policy [`plugin::Request`].
+//! - [`lifecycle::judge`]: how a decision becomes an answer that never blocks a cluster's
+//!   lifecycle (deletions, ratcheted updates, request faults, unknown clusters); the webhook,
+//!   `nicpolicy eval` and the case runner all answer through it.
+//! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
+//!   files, suites and JUnit reports), [`error`].
+//!
+//! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
+//!
+//! # Features
+//!
+//! - `builtin` (default): the policies under `policies/`, built to wasm32 by `build.rs` and
+//!   embedded (`builtin`, `builtin:NAME` sources). Off, nothing is built inside your build.
+//! - `webhook` (default): the admission webhook of `nicpolicy serve` (`webhook`): axum, kube,
+//!   rustls, tokio.
+//! - `cli` (default): the `nicpolicy` binary.
+//!
+//! `default-features = false` leaves the core: load, limits, evaluate, chains, manifests.
 
+#![doc(test(attr(deny(warnings))))]
+
+#[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod cache;
 pub mod cases;
@@ -45,6 +71,8 @@ pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 pub mod policy;
+pub mod spec;
+#[cfg(feature = "webhook")]
 pub mod webhook;
 
 pub use chain::{ChainError, ChainEvaluation, PolicyChain};
@@ -54,6 +82,7 @@ pub use limits::Limits;
 pub use manifest::{ManifestError, RequestFiles};
 pub use nicpolicy_plugin as plugin;
 pub use policy::{Evaluation, LogLine, Policy, PolicyOptions};
+pub use spec::{ChainLoadError, ChainLoader, PolicySource, PolicySpec, SettingsSource};
 
 #[cfg(test)]
 mod tests {

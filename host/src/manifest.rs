@@ -3,22 +3,21 @@
 //! Files may hold several documents (`---`) or a `kind: List`, with or without `status` and
 //! `managedFields`; the objects are picked by kind. VCDMachine, VCDMachineTemplate and
 //! VCDCluster are read at `infrastructure.cluster.x-k8s.io/v1beta3` and `v1beta2`, whose network
-//! fields are the same.
+//! fields are the same. Each object is mapped by [`nicpolicy_plugin::objects`]; this module adds
+//! the files: YAML or JSON text, several documents, and errors that name the file, the line and
+//! column, or the object and field.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request, Zone};
-use serde::de::DeserializeOwned;
+use nicpolicy_plugin::objects::{
+    cluster_from_object, inventory_from_object, machine_from_object, FieldError,
+};
+use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// API group of CAPVCD's kinds.
-pub const CAPVCD_GROUP: &str = "infrastructure.cluster.x-k8s.io";
-/// Versions whose network fields this host reads.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta3", "v1beta2"];
+pub use nicpolicy_plugin::objects::{check_inventory, CAPVCD_GROUP, SUPPORTED_VERSIONS};
 
 /// Why a manifest could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -219,30 +218,9 @@ impl ManifestFile {
         }
     }
 
-    /// Reads `object` as `T`, with the failing field's path in the error.
-    fn typed<T: DeserializeOwned>(&self, object: &Object) -> Result<T, ManifestError> {
-        serde_path_to_error::deserialize(&object.value).map_err(|err| {
-            let field = err.path().to_string();
-            let field = if field == "." { String::new() } else { field };
-            self.field_error(object, &field, err.inner())
-        })
-    }
-
-    fn check_api_version(&self, object: &Object) -> Result<(), ManifestError> {
-        let api_version = object
-            .value
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        if group == CAPVCD_GROUP && SUPPORTED_VERSIONS.contains(&version) {
-            return Ok(());
-        }
-        Err(self.field_error(
-            object,
-            "apiVersion",
-            format!("{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"),
-        ))
+    /// An error of [`nicpolicy_plugin::objects`] about `object`, placed in this file.
+    fn object_error(&self, object: &Object, error: FieldError) -> ManifestError {
+        self.field_error(object, &error.field, error.message)
     }
 
     /// The one machine (VCDMachine or VCDMachineTemplate) in the file; `name` picks one when
@@ -279,46 +257,7 @@ impl ManifestFile {
                 })
             }
         };
-        self.check_api_version(object)?;
-        if object.kind() == "VCDMachine" {
-            let m: crd::VcdMachine = self.typed(object)?;
-            let labels = m.metadata.labels.unwrap_or_default();
-            Ok((
-                ObjectKind::VcdMachine,
-                Machine {
-                    name: m.metadata.name.unwrap_or_default(),
-                    namespace: m.metadata.namespace.unwrap_or_default(),
-                    role: Machine::role_from_labels(&labels),
-                    labels,
-                    annotations: m.metadata.annotations.unwrap_or_default(),
-                    failure_domain: m.spec.failure_domain,
-                    extra_ovdc_networks: m.spec.extra_ovdc_networks.unwrap_or_default(),
-                    provider_id: m.spec.provider_id,
-                    deletion_timestamp: m.metadata.deletion_timestamp,
-                },
-            ))
-        } else {
-            let t: crd::VcdMachineTemplate = self.typed(object)?;
-            let inner = t.spec.template;
-            let mut labels = t.metadata.labels.unwrap_or_default();
-            labels.extend(inner.metadata.labels.unwrap_or_default());
-            let mut annotations = t.metadata.annotations.unwrap_or_default();
-            annotations.extend(inner.metadata.annotations.unwrap_or_default());
-            Ok((
-                ObjectKind::VcdMachineTemplate,
-                Machine {
-                    name: t.metadata.name.unwrap_or_default(),
-                    namespace: t.metadata.namespace.unwrap_or_default(),
-                    role: Machine::role_from_labels(&labels),
-                    labels,
-                    annotations,
-                    failure_domain: inner.spec.failure_domain,
-                    extra_ovdc_networks: inner.spec.extra_ovdc_networks.unwrap_or_default(),
-                    provider_id: inner.spec.provider_id,
-                    deletion_timestamp: t.metadata.deletion_timestamp,
-                },
-            ))
-        }
+        machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 
     /// The VCDCluster in the file; `cluster_name` (the machine's cluster-name label) picks one
@@ -358,27 +297,7 @@ impl ManifestFile {
                     }
                 }
             };
-        self.check_api_version(object)?;
-        let c: crd::VcdCluster = self.typed(object)?;
-        let multi = c.spec.multi_zone_spec.unwrap_or_default();
-        Ok(Cluster {
-            name: c.metadata.name.unwrap_or_default(),
-            namespace: c.metadata.namespace.unwrap_or_default(),
-            ovdc: c.spec.ovdc.unwrap_or_default(),
-            ovdc_network: c.spec.ovdc_network.unwrap_or_default(),
-            zone_topology: multi.zone_topology.filter(|t| !t.is_empty()),
-            zones: multi
-                .zones
-                .unwrap_or_default()
-                .into_iter()
-                .map(|z| Zone {
-                    name: z.name.unwrap_or_default(),
-                    ovdc: z.ovdc.unwrap_or_default(),
-                    ovdc_network_name: z.ovdc_network_name.unwrap_or_default(),
-                    control_plane_zone: z.control_plane_zone.unwrap_or(false),
-                })
-                .collect(),
-        })
+        cluster_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 }
 
@@ -487,77 +406,8 @@ impl ManifestFile {
                 expected: "network inventory (networks: [...])".to_string(),
                 found: "nothing".to_string(),
             })?;
-        let parsed: crd::InventoryFile = self.typed(object)?;
-        let inventory = Inventory {
-            networks: parsed.networks,
-        };
-        check_inventory(&inventory)
-            .map_err(|(field, message)| self.field_error(object, &field, message))?;
-        Ok(inventory)
+        inventory_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
-}
-
-/// Sanity checks on an inventory: unique names, addresses that parse, ranges inside the subnet's
-/// family and in order. Returns the field at fault and why.
-pub fn check_inventory(inventory: &Inventory) -> Result<(), (String, String)> {
-    let mut seen = BTreeMap::new();
-    for (i, network) in inventory.networks.iter().enumerate() {
-        let at = |field: &str| format!("networks[{i}].{field}");
-        if network.name.is_empty() {
-            return Err((at("name"), "must not be empty".into()));
-        }
-        if let Some(first) = seen.insert(network.name.as_str(), i) {
-            return Err((
-                at("name"),
-                format!("{:?} is already listed at networks[{first}]", network.name),
-            ));
-        }
-        let gateway = match &network.gateway {
-            Some(text) => Some(parse_ip(text).map_err(|why| (at("gateway"), why))?),
-            None => None,
-        };
-        if let Some(prefix) = network.prefix_length {
-            let max = match gateway {
-                Some(IpAddr::V6(_)) => 128,
-                _ => 32,
-            };
-            if prefix > max {
-                return Err((at("prefixLength"), format!("{prefix} is above {max}")));
-            }
-        }
-        for (j, range) in network.static_ip_ranges.iter().enumerate() {
-            let start = parse_ip(&range.start)
-                .map_err(|why| (at(&format!("staticIpRanges[{j}].start")), why))?;
-            let end = parse_ip(&range.end)
-                .map_err(|why| (at(&format!("staticIpRanges[{j}].end")), why))?;
-            let same_family = start.is_ipv4() == end.is_ipv4()
-                && gateway.is_none_or(|g| g.is_ipv4() == start.is_ipv4());
-            if !same_family {
-                return Err((
-                    at(&format!("staticIpRanges[{j}]")),
-                    "start, end and gateway must be of one IP family".into(),
-                ));
-            }
-            if start > end {
-                return Err((
-                    at(&format!("staticIpRanges[{j}]")),
-                    format!("start {start} is after end {end}"),
-                ));
-            }
-        }
-        for (j, server) in network.dns.iter().enumerate() {
-            parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
-        }
-        for (j, used) in network.used_ip_addresses.iter().enumerate() {
-            parse_ip(used).map_err(|why| (at(&format!("usedIpAddresses[{j}]")), why))?;
-        }
-    }
-    Ok(())
-}
-
-fn parse_ip(text: &str) -> Result<IpAddr, String> {
-    text.parse()
-        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address"))
 }
 
 /// The files `nicpolicy eval` reads, turned into one request.
@@ -663,108 +513,6 @@ pub fn unknown_cluster(name: &str, namespace: &str) -> Cluster {
         ovdc_network: String::new(),
         zone_topology: None,
         zones: Vec::new(),
-    }
-}
-
-/// The parts of CAPVCD's objects the host reads. Unknown fields are ignored: real manifests
-/// carry many more.
-mod crd {
-    use std::collections::BTreeMap;
-
-    use nicpolicy_plugin::Network;
-    use serde::Deserialize;
-
-    #[derive(Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    pub struct ObjectMeta {
-        pub name: Option<String>,
-        pub namespace: Option<String>,
-        pub labels: Option<BTreeMap<String, String>>,
-        pub annotations: Option<BTreeMap<String, String>>,
-        pub deletion_timestamp: Option<String>,
-    }
-
-    #[derive(Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    pub struct VcdMachineSpec {
-        #[serde(rename = "providerID")]
-        pub provider_id: Option<String>,
-        pub extra_ovdc_networks: Option<Vec<String>>,
-        pub failure_domain: Option<String>,
-    }
-
-    #[derive(Deserialize)]
-    pub struct VcdMachine {
-        #[serde(default)]
-        pub metadata: ObjectMeta,
-        #[serde(default)]
-        pub spec: VcdMachineSpec,
-    }
-
-    #[derive(Deserialize)]
-    pub struct VcdMachineTemplate {
-        #[serde(default)]
-        pub metadata: ObjectMeta,
-        pub spec: VcdMachineTemplateSpec,
-    }
-
-    #[derive(Deserialize)]
-    pub struct VcdMachineTemplateSpec {
-        pub template: VcdMachineTemplateResource,
-    }
-
-    #[derive(Deserialize)]
-    pub struct VcdMachineTemplateResource {
-        #[serde(default)]
-        pub metadata: ObjectMeta,
-        #[serde(default)]
-        pub spec: VcdMachineSpec,
-    }
-
-    #[derive(Deserialize)]
-    pub struct VcdCluster {
-        #[serde(default)]
-        pub metadata: ObjectMeta,
-        #[serde(default)]
-        pub spec: VcdClusterSpec,
-    }
-
-    #[derive(Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    pub struct VcdClusterSpec {
-        pub ovdc: Option<String>,
-        pub ovdc_network: Option<String>,
-        pub multi_zone_spec: Option<MultiZoneSpec>,
-    }
-
-    #[derive(Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    pub struct MultiZoneSpec {
-        pub zone_topology: Option<String>,
-        pub zones: Option<Vec<ZoneSpec>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    pub struct ZoneSpec {
-        pub name: Option<String>,
-        // CAPVCD releases spell the zone's org VDC both ways.
-        #[serde(alias = "ovdcName")]
-        pub ovdc: Option<String>,
-        pub ovdc_network_name: Option<String>,
-        pub control_plane_zone: Option<bool>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase", deny_unknown_fields)]
-    pub struct InventoryFile {
-        #[serde(default)]
-        #[allow(dead_code)]
-        pub api_version: Option<String>,
-        #[serde(default)]
-        #[allow(dead_code)]
-        pub kind: Option<String>,
-        pub networks: Vec<Network>,
     }
 }
 

@@ -3,9 +3,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
-use nicpolicy_plugin::schema::SettingsValidation;
+use nicpolicy_plugin::schema::{EvaluateOutput, SettingsValidation};
 use nicpolicy_plugin::{Decision, Request};
-use serde::Deserialize;
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -213,6 +212,10 @@ impl Policy {
     }
 
     /// The same compiled policy with other settings, checked by the policy first.
+    ///
+    /// # Errors
+    /// [`LoadError::Settings`] when the policy refuses them, [`LoadError::Runtime`] when the
+    /// check itself fails.
     pub fn with_settings(&self, settings: Value) -> Result<Policy, LoadError> {
         self.validate_settings(&settings)
             .map_err(LoadError::Runtime)?
@@ -264,7 +267,13 @@ impl Policy {
         self.load_time
     }
 
-    /// Evaluates one request. The request's own `settings` are replaced by the policy's.
+    /// Evaluates one request in a fresh instance, under the policy's limits. The request's own
+    /// `settings` are replaced by the policy's.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when the call produced no decision: time limit, memory cap, trap, bad
+    /// or oversized output, an oversized request, the policy's own error, or no free instance
+    /// slot. The policy stays usable.
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
         let input = serde_json::to_vec(&request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
@@ -272,6 +281,9 @@ impl Policy {
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
+    ///
+    /// # Errors
+    /// As for [`Policy::evaluate`].
     pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
         let (decision, logs) = self.call(&self.exports.evaluate, input, decode_decision)?;
@@ -283,6 +295,9 @@ impl Policy {
     }
 
     /// Asks the policy whether `settings` are valid: `Ok(Err(reason))` when it refuses them.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when the check itself fails (as for [`Policy::evaluate`]).
     pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
         let input = serde_json::to_vec(settings)
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;
@@ -494,11 +509,6 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
     Ok(())
 }
 
-#[derive(Deserialize)]
-struct ErrorEnvelope {
-    error: String,
-}
-
 /// Reads a decision (or an error envelope) and checks that it is coherent.
 pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
     let text = std::str::from_utf8(bytes)
@@ -513,8 +523,9 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
             decision
         }
         Err(err) => {
-            if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(text) {
-                return Err(EvalError::Policy(envelope.error));
+            // Not a decision: the error envelope of the schema, or garbage.
+            if let Ok(EvaluateOutput::Error { error }) = serde_json::from_str(text) {
+                return Err(EvalError::Policy(error));
             }
             let path = err.path().to_string();
             let at = if path == "." {

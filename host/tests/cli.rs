@@ -848,3 +848,37 @@ fn own_uid() -> u32 {
     let probe = scratch("uid-probe", b"");
     std::fs::metadata(probe).expect("probe").uid()
 }
+
+#[test]
+fn a_native_library_given_as_a_policy_says_how_to_build_one() {
+    // The start of a Linux shared object, as `cargo build` writes it for the host.
+    let library = scratch(
+        "libmy_site_policy.so",
+        b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0",
+    );
+    let out = nicpolicy(&["inspect", &library]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("native library") && err.contains("--target wasm32-unknown-unknown"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refused_settings_name_the_file_and_the_nested_field() {
+    let settings = scratch(
+        "capvcd-typo.yaml",
+        b"networks:\n  storage-net: {ipAllocationMod: DHCP}\n",
+    );
+    let mut args = EXAMPLE.to_vec();
+    args.extend(["--settings", &settings]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("settings in {settings} refused by the policy"))
+            && err.contains("networks.storage-net: unknown field `ipAllocationMod`"),
+        "{err}"
+    );
+}

@@ -121,7 +121,30 @@ pub const fn plain_text(value: &str) -> &str {
 
 /// Exports a policy through ABI v1.
 ///
-/// ```ignore
+/// With typed settings (a type that implements
+/// [`PolicySettings`](crate::settings::PolicySettings)), the policy is one function of the
+/// request and its settings; the SDK reads the settings (`null` means the defaults), refuses
+/// unreadable ones with the reason when the host loads the policy, and never calls the function
+/// without them:
+///
+/// ```
+/// use nicpolicy_plugin::{capvcd, Decision, Request};
+///
+/// fn evaluate(request: &Request, settings: &capvcd::Settings) -> Decision {
+///     capvcd::evaluate_with(request, settings)
+/// }
+///
+/// nicpolicy_plugin::export_policy!(evaluate, settings: capvcd::Settings);
+/// # fn main() {}
+/// ```
+///
+/// The typed form also defines `pub fn evaluate_request(&Request) -> Decision` beside the
+/// policy: the policy as the host runs it, settings read from the request, for native callers
+/// and unit tests.
+///
+/// The hand-written form takes the evaluate function and a settings check of the raw JSON:
+///
+/// ```
 /// use nicpolicy_plugin::{Decision, Request};
 ///
 /// fn evaluate(request: &Request) -> Decision {
@@ -133,6 +156,7 @@ pub const fn plain_text(value: &str) -> &str {
 /// }
 ///
 /// nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+/// # fn main() {}
 /// ```
 ///
 /// With one argument, every settings value is accepted. The metadata (name, version,
@@ -146,6 +170,23 @@ pub const fn plain_text(value: &str) -> &str {
 macro_rules! export_policy {
     ($evaluate:path) => {
         $crate::export_policy!($evaluate, $crate::guest::accept_any_settings);
+    };
+    ($evaluate:path, settings: $settings:ty) => {
+        /// The policy as the host runs it: the request's settings read as the policy's
+        /// settings type (unreadable ones denied with the reason), then the policy. For native
+        /// callers and unit tests.
+        pub fn evaluate_request(request: &$crate::Request) -> $crate::Decision {
+            $crate::settings::evaluate::<$settings>(request, $evaluate)
+        }
+
+        /// The policy's settings read and checked as its type.
+        fn nicpolicy_typed_validate_settings(
+            settings: &$crate::settings::Value,
+        ) -> ::core::result::Result<(), ::std::string::String> {
+            $crate::settings::validate::<$settings>(settings)
+        }
+
+        $crate::export_policy!(evaluate_request, nicpolicy_typed_validate_settings);
     };
     ($evaluate:path, $validate_settings:path) => {
         /// The policy's JavaScript entry points (wasm-bindgen), with the `js` feature.
@@ -180,6 +221,8 @@ macro_rules! export_policy {
         }
 
         #[cfg(all(target_arch = "wasm32", not(feature = "js")))]
+        // The exports are the ABI: unmangled names and raw pointers into linear memory.
+        #[allow(unsafe_code)]
         const _: () = {
             // Each call gets a fresh instance: a bump allocator is all it needs.
             #[global_allocator]

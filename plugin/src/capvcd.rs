@@ -9,12 +9,8 @@
 //! use nicpolicy_plugin::{Decision, Reason, Request, Violation};
 //!
 //! /// CAPVCD's rules, plus: workers never attach to the external network.
-//! fn evaluate(request: &Request) -> Decision {
-//!     let settings = match Settings::parse(&request.settings) {
-//!         Ok(settings) => settings,
-//!         Err(message) => return capvcd::settings_denial(message),
-//!     };
-//!     let mut decision = capvcd::evaluate_with(request, &settings);
+//! fn evaluate(request: &Request, settings: &Settings) -> Decision {
+//!     let mut decision = capvcd::evaluate_with(request, settings);
 //!     let spec = request.kind.spec_path();
 //!     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
 //!         if name == "ext-dmz-net" {
@@ -25,16 +21,19 @@
 //!             ));
 //!         }
 //!     }
-//!     decision.allowed = decision.violations.is_empty();
-//!     decision
+//!     decision.finish()
 //! }
-//! # let _ = evaluate;
+//!
+//! nicpolicy_plugin::export_policy!(evaluate, settings: Settings);
+//! # fn main() {}
 //! ```
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::settings::{self, PolicySettings};
 
 use crate::schema::{
     AdapterType, Decision, Inventory, IpAllocationMode, Machine, Network, NetworkType, Nic,
@@ -92,21 +91,25 @@ pub struct NetworkSettings {
 
 impl Settings {
     /// Reads and checks settings; JSON `null` means all defaults. The error says which field is
-    /// wrong and why.
+    /// wrong and why (see [`settings::parse`]).
+    ///
+    /// # Errors
+    /// Why the settings cannot be used.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        if value.is_null() {
-            return Ok(Settings::default());
-        }
-        let settings: Settings = Settings::deserialize(value).map_err(|err| err.to_string())?;
-        settings.check()?;
-        Ok(settings)
+        settings::parse(value)
     }
 
-    /// Reads CAPVCD settings nested under a site policy's `capvcd:` key; errors say so.
-    pub fn parse_nested(value: &Value) -> Result<Settings, String> {
-        Settings::parse(value).map_err(|why| format!("capvcd: {why}"))
+    /// [`PolicySettings::check`] for these settings nested under `key` in a site policy's
+    /// settings (`capvcd: {maxNics: 6}`): errors start with `key`.
+    ///
+    /// # Errors
+    /// As for [`PolicySettings::check`].
+    pub fn check_nested(&self, key: &str) -> Result<(), String> {
+        self.check().map_err(|why| format!("{key}: {why}"))
     }
+}
 
+impl PolicySettings for Settings {
     fn check(&self) -> Result<(), String> {
         if self.max_nics == 0 || self.max_nics > VCD_MAX_NICS {
             return Err(format!(
@@ -132,7 +135,9 @@ impl Settings {
         }
         Ok(())
     }
+}
 
+impl Settings {
     /// The NIC this policy plans for `network` at `index`.
     pub fn nic(&self, index: u32, network: &str) -> Nic {
         Nic {
@@ -169,18 +174,15 @@ impl Settings {
 }
 
 /// Checks settings for the `nicpolicy_validate_settings` export.
+///
+/// # Errors
+/// Why the settings cannot be used.
 pub fn validate_settings(settings: &Value) -> Result<(), String> {
-    Settings::parse(settings).map(|_| ())
+    settings::validate::<Settings>(settings)
 }
 
 /// The decision for settings that could not be read (the host normally refuses them at load).
-pub fn settings_denial(message: String) -> Decision {
-    Decision::from_violations(vec![Violation::new(
-        "settings",
-        Reason::Invalid,
-        format!("the policy's settings are invalid: {message}"),
-    )])
-}
+pub use crate::settings::denial as settings_denial;
 
 /// Where the primary network (NIC 0) comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,12 +364,52 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn extra_field(request: &Request, i: usize) -> String {
-    format!("{}.extraOvdcNetworks[{i}]", request.kind.spec_path())
+/// How violations name an entry of `extraOvdcNetworks`: `<spec>.extraOvdcNetworks[i]`, with `i`
+/// the entry's position in the machine's own list.
+///
+/// A site policy that rewrites the list before the rules run (zone-aware maps logical names to
+/// networks and leaves out entries it refused) gives the rules the rewritten list and, here,
+/// where each of its entries stood in the original ([`ExtraFields::with_positions`]), so every
+/// field path and every message points at what the user wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct ExtraFields<'a> {
+    spec: &'static str,
+    positions: Option<&'a [usize]>,
+}
+
+impl<'a> ExtraFields<'a> {
+    /// Entries named by their position in `request`'s own list.
+    pub fn of(request: &Request) -> ExtraFields<'static> {
+        ExtraFields {
+            spec: request.kind.spec_path(),
+            positions: None,
+        }
+    }
+
+    /// Entry `j` of `request`'s list named as entry `positions[j]` of the original list.
+    pub fn with_positions(request: &Request, positions: &'a [usize]) -> ExtraFields<'a> {
+        ExtraFields {
+            spec: request.kind.spec_path(),
+            positions: Some(positions),
+        }
+    }
+
+    /// The field path of entry `i`.
+    pub fn at(&self, i: usize) -> String {
+        let i = self
+            .positions
+            .and_then(|positions| positions.get(i).copied())
+            .unwrap_or(i);
+        format!("{}.extraOvdcNetworks[{i}]", self.spec)
+    }
 }
 
 /// Empty or malformed names in `extraOvdcNetworks`.
 pub fn check_names(request: &Request) -> Vec<Violation> {
+    check_names_at(request, &ExtraFields::of(request))
+}
+
+fn check_names_at(request: &Request, fields: &ExtraFields<'_>) -> Vec<Violation> {
     let extras = &request.machine.extra_ovdc_networks;
     extras
         .iter()
@@ -385,11 +427,7 @@ pub fn check_names(request: &Request) -> Vec<Violation> {
                 } else {
                     format!(" {name:?}")
                 };
-                Violation::new(
-                    extra_field(request, i),
-                    reason,
-                    format!("network name{shown} {why}"),
-                )
+                Violation::new(fields.at(i), reason, format!("network name{shown} {why}"))
             })
         })
         .collect()
@@ -416,17 +454,21 @@ fn earlier_equal<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<usize>>
 
 /// A name listed twice in `extraOvdcNetworks` (CAPVCD would create two NICs with one index).
 pub fn check_duplicates(request: &Request) -> Vec<Violation> {
+    check_duplicates_at(request, &ExtraFields::of(request))
+}
+
+fn check_duplicates_at(request: &Request, fields: &ExtraFields<'_>) -> Vec<Violation> {
     let extras = &request.machine.extra_ovdc_networks;
     let earlier = earlier_equal(extras.iter().map(String::as_str));
     let mut violations = Vec::new();
     for (i, name) in extras.iter().enumerate() {
         if let (false, Some(first)) = (name.is_empty(), earlier[i]) {
             violations.push(Violation::new(
-                extra_field(request, i),
+                fields.at(i),
                 Reason::Duplicate,
                 format!(
                     "network {name:?} is already listed at {}; each network can be attached once",
-                    extra_field(request, first)
+                    fields.at(first)
                 ),
             ));
         }
@@ -477,6 +519,14 @@ impl<'a> NetworkIndex<'a> {
 
 /// The primary network listed again among the extras (it is always NIC 0 already).
 pub fn check_primary_repeated(request: &Request, primary: &Primary) -> Vec<Violation> {
+    check_primary_repeated_at(request, primary, &ExtraFields::of(request))
+}
+
+fn check_primary_repeated_at(
+    request: &Request,
+    primary: &Primary,
+    fields: &ExtraFields<'_>,
+) -> Vec<Violation> {
     let mut violations = Vec::new();
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
         let message = match primary {
@@ -494,11 +544,7 @@ pub fn check_primary_repeated(request: &Request, primary: &Primary) -> Vec<Viola
             },
             Primary::Network { .. } | Primary::Unresolved | Primary::ClusterUnknown => continue,
         };
-        violations.push(Violation::new(
-            extra_field(request, i),
-            Reason::Duplicate,
-            message,
-        ));
+        violations.push(Violation::new(fields.at(i), Reason::Duplicate, message));
     }
     violations
 }
@@ -541,6 +587,14 @@ fn networks(count: usize) -> &'static str {
 
 /// Networks missing from the inventory, when the request carries one.
 pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
+    check_inventory_at(request, primary, &ExtraFields::of(request))
+}
+
+fn check_inventory_at(
+    request: &Request,
+    primary: &Primary,
+    fields: &ExtraFields<'_>,
+) -> Vec<Violation> {
     let Some(inventory) = &request.inventory else {
         return Vec::new();
     };
@@ -566,7 +620,7 @@ pub fn check_inventory(request: &Request, primary: &Primary) -> Vec<Violation> {
         .filter_map(|(name, field)| missing(name, &|| field.to_string(), "primary network"))
         .collect();
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
-        violations.extend(missing(name, &|| extra_field(request, i), "network"));
+        violations.extend(missing(name, &|| fields.at(i), "network"));
     }
     violations
 }
@@ -632,6 +686,15 @@ pub fn check_nic_setup(
     settings: &Settings,
     primary: &Primary,
 ) -> Vec<Violation> {
+    check_nic_setup_at(request, settings, primary, &ExtraFields::of(request))
+}
+
+fn check_nic_setup_at(
+    request: &Request,
+    settings: &Settings,
+    primary: &Primary,
+    fields: &ExtraFields<'_>,
+) -> Vec<Violation> {
     // Only SR-IOV NICs need the inventory: index it on first use.
     let mut index = None;
     // Field paths are spelt out only for a violation.
@@ -650,7 +713,7 @@ pub fn check_nic_setup(
     for (network, at) in candidates.chain(extras) {
         let field = || match at {
             SetAt::Primary(field) => field.to_string(),
-            SetAt::Extra(i) => extra_field(request, i),
+            SetAt::Extra(i) => fields.at(i),
         };
         if matches!(at, SetAt::Primary(_))
             && settings.ip_allocation_mode(network) == IpAllocationMode::None
@@ -838,16 +901,22 @@ pub fn vapp_networks(nics: &[Nic]) -> Vec<String> {
 
 /// The CAPVCD policy: reads the settings from the request, then [`evaluate_with`].
 pub fn evaluate(request: &Request) -> Decision {
-    match Settings::parse(&request.settings) {
-        Ok(settings) => evaluate_with(request, &settings),
-        Err(message) => settings_denial(message),
-    }
+    settings::evaluate(request, evaluate_with)
 }
 
 /// Every CAPVCD rule, all violations reported together.
 pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
-    let mut violations = check_names(request);
-    violations.extend(check_duplicates(request));
+    evaluate_fields(request, settings, &ExtraFields::of(request))
+}
+
+/// [`evaluate_with`], naming the extra networks with `fields` (see [`ExtraFields`]).
+pub fn evaluate_fields(
+    request: &Request,
+    settings: &Settings,
+    fields: &ExtraFields<'_>,
+) -> Decision {
+    let mut violations = check_names_at(request, fields);
+    violations.extend(check_duplicates_at(request, fields));
     violations.extend(check_nic_count(request, settings));
     let primary = match resolve_primary(request, &request.machine) {
         Ok(primary) => primary,
@@ -856,9 +925,9 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
             Primary::Unresolved
         }
     };
-    violations.extend(check_primary_repeated(request, &primary));
-    violations.extend(check_inventory(request, &primary));
-    violations.extend(check_nic_setup(request, settings, &primary));
+    violations.extend(check_primary_repeated_at(request, &primary, fields));
+    violations.extend(check_inventory_at(request, &primary, fields));
+    violations.extend(check_nic_setup_at(request, settings, &primary, fields));
     let (update_violations, update_warnings) =
         check_provisioned_update(request, settings, &primary);
     violations.extend(update_violations);
@@ -996,5 +1065,21 @@ mod tests {
         assert_eq!(edit_distance("storage-net", "storage-net"), 0);
         assert_eq!(edit_distance("storage-nett", "storage-net"), 1);
         assert_eq!(edit_distance("strage-nte", "storage-net"), 3);
+    }
+
+    #[test]
+    fn extra_fields_name_entries_where_the_machine_lists_them() {
+        let request = crate::testing::worker(&["storage-net", "storage-net"]);
+        let positions = [2, 5];
+        let fields = ExtraFields::with_positions(&request, &positions);
+        let decision = evaluate_fields(&request, &Settings::default(), &fields);
+        assert_eq!(decision.violations[0].field, "spec.extraOvdcNetworks[5]");
+        assert!(
+            decision.violations[0]
+                .message
+                .contains("already listed at spec.extraOvdcNetworks[2]"),
+            "{}",
+            decision.violations[0].message
+        );
     }
 }

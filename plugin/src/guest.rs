@@ -3,6 +3,10 @@
 //! The host instantiates a policy afresh for every call and drops the instance afterwards, so
 //! memory handed out here is never freed: that keeps the allocator out of the hot path.
 
+// The ABI is raw pointers into linear memory and a global allocator: this module is where the
+// SDK needs `unsafe`, each use with a SAFETY note.
+#![allow(unsafe_code)]
+
 use serde_json::Value;
 
 use crate::abi::{pack, LogLevel};

@@ -8,7 +8,8 @@
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
-//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests.
+//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests;
+//! - `objects` (feature `objects`): Kubernetes objects mapped to the schema.
 //!
 //! A whole policy is one function:
 //!
@@ -31,6 +32,8 @@ pub mod capvcd;
 pub mod guest;
 #[cfg(feature = "js")]
 pub mod js;
+#[cfg(feature = "objects")]
+pub mod objects;
 pub mod schema;
 pub mod settings;
 pub mod testing;

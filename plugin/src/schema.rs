@@ -58,16 +58,28 @@ impl Request {
     /// Borrows this request with `settings` in place of its own, so a host can send the
     /// settings of the policy it calls without cloning the request.
     pub fn with_settings<'a>(&'a self, settings: &'a Value) -> RequestRef<'a> {
+        // Taken apart field by field, so a field added to `Request` must be placed here too.
+        let Request {
+            operation,
+            kind,
+            machine,
+            old_machine,
+            cluster,
+            inventory,
+            settings: _,
+            cluster_unknown,
+            baseline,
+        } = self;
         RequestRef {
-            operation: self.operation,
-            kind: self.kind,
-            machine: &self.machine,
-            old_machine: self.old_machine.as_ref(),
-            cluster: &self.cluster,
-            inventory: self.inventory.as_ref(),
+            operation: *operation,
+            kind: *kind,
+            machine,
+            old_machine: old_machine.as_ref(),
+            cluster,
+            inventory: inventory.as_ref(),
             settings,
-            cluster_unknown: self.cluster_unknown,
-            baseline: self.baseline,
+            cluster_unknown: *cluster_unknown,
+            baseline: *baseline,
         }
     }
 
@@ -132,8 +144,9 @@ pub enum Operation {
     Update,
 }
 
-/// The Kubernetes kind the machine was read from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The Kubernetes kind the machine was read from. Ordered (VCDMachine first) and hashable, so
+/// hosts key maps by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ObjectKind {
     /// `VCDMachine`: one VM.
     #[serde(rename = "VCDMachine")]
@@ -144,6 +157,14 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
+    /// Both kinds.
+    pub const ALL: [ObjectKind; 2] = [ObjectKind::VcdMachine, ObjectKind::VcdMachineTemplate];
+
+    /// The kind called `kind` (as Kubernetes spells it), if it is one of [`ObjectKind::ALL`].
+    pub fn from_kind(kind: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
     /// Path of the `VCDMachineSpec` inside an object of this kind.
     pub fn spec_path(self) -> &'static str {
         match self {
@@ -390,6 +411,13 @@ impl Decision {
             violations,
             ..Decision::default()
         }
+    }
+
+    /// This decision with `allowed` set from its violations: allowed exactly when there are
+    /// none. Call it after adding violations to a decision of the CAPVCD rules.
+    pub fn finish(mut self) -> Self {
+        self.allowed = self.violations.is_empty();
+        self
     }
 }
 

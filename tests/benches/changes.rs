@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nicpolicy::webhook::{App, Endpoint, KindKey, Reviewer, ServeConfig, StaticClusters};
+use nicpolicy::plugin::ObjectKind;
+use nicpolicy::webhook::{App, Endpoint, Reviewer, ServeConfig, StaticClusters};
 use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
 use nicpolicy_plugin::Request;
 
@@ -170,32 +171,32 @@ fn reviewer(native: bool) -> Arc<Reviewer> {
 }
 
 /// The load generator's mix: (endpoint, kind, fixture).
-const REVIEWS: [(Endpoint, KindKey, &str); 4] = [
+const REVIEWS: [(Endpoint, ObjectKind, &str); 4] = [
     (
         Endpoint::Mutate,
-        KindKey::VcdMachine,
+        ObjectKind::VcdMachine,
         "vcdmachine-create-worker",
     ),
     (
         Endpoint::Validate,
-        KindKey::VcdMachine,
+        ObjectKind::VcdMachine,
         "vcdmachine-create-worker",
     ),
     (
         Endpoint::Validate,
-        KindKey::VcdMachine,
+        ObjectKind::VcdMachine,
         "vcdmachine-create-invalid",
     ),
     (
         Endpoint::Validate,
-        KindKey::VcdMachineTemplate,
+        ObjectKind::VcdMachineTemplate,
         "vcdmachinetemplate-create-worker",
     ),
 ];
 
 fn review_path(rounds: usize, batch: usize) {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let reviews: Vec<(Endpoint, KindKey, Vec<u8>)> = REVIEWS
+    let reviews: Vec<(Endpoint, ObjectKind, Vec<u8>)> = REVIEWS
         .iter()
         .map(|(endpoint, kind, fixture)| {
             let file = workspace.join(format!("tests/fixtures/admission/{fixture}.json"));

@@ -13,8 +13,11 @@ use nicpolicy_tests::costly;
 
 const SHAPE_VAR: &str = "NICPOLICY_BENCH_COMPILE_SHAPE";
 
+/// Builds one module to measure.
+type Build = Box<dyn Fn() -> Vec<u8>>;
+
 /// The modules measured: a name and how to build it.
-fn shapes() -> Vec<(&'static str, Box<dyn Fn() -> Vec<u8>>)> {
+fn shapes() -> Vec<(&'static str, Build)> {
     let bounds = CompileBounds::default();
     let functions = bounds.max_functions as usize;
     let locals = bounds.max_locals as usize;

@@ -120,7 +120,8 @@ pub fn guest_output(data: &[u8]) {
 /// built-in CAPVCD policy, the example cluster. Every body gets an answer whose body is a JSON
 /// AdmissionReview: HTTP 200 with a response, or 400 for a body that is no readable review.
 pub fn admission_review(data: &[u8]) {
-    use nicpolicy::webhook::{App, Endpoint, KindKey, ServeConfig, StaticClusters};
+    use nicpolicy::plugin::ObjectKind;
+    use nicpolicy::webhook::{App, Endpoint, ServeConfig, StaticClusters};
     use std::sync::{Arc, OnceLock};
 
     static APP: OnceLock<App> = OnceLock::new();
@@ -139,7 +140,7 @@ pub fn admission_review(data: &[u8]) {
         .expect("engine starts");
         App::new(host, config, Arc::new(clusters)).expect("the built-in policy loads")
     });
-    for kind in KindKey::ALL {
+    for kind in ObjectKind::ALL {
         for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
             let answer = app.reviewer().review(endpoint, kind, data);
             let body: serde_json::Value =

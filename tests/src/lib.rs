@@ -139,22 +139,24 @@ impl Module {
     }
 }
 
-/// Runs every case file under `dir` against `policy`; returns how many ran and a description
-/// of each failure (mismatches and the actual outcome, or why the case could not load).
+/// Runs every case file under `dir` against `policy` (as `nicpolicy test` does); returns how
+/// many ran and a description of each failure (mismatches and the actual outcome, or why the
+/// case could not load).
 pub fn run_suite(policy: &nicpolicy::Policy, dir: &std::path::Path) -> (usize, Vec<String>) {
-    use nicpolicy::cases::{discover, Case, Outcome};
+    use nicpolicy::cases::{discover, Outcome, Report};
 
     let paths = discover(&[dir.to_path_buf()]).unwrap_or_default();
-    let failures = paths
-        .iter()
-        .filter_map(|path| match Case::load(path).map(|case| case.run(policy)) {
-            Ok(Outcome::Passed) => None,
-            Ok(Outcome::Failed { mismatches, actual }) => Some(format!(
+    let chain = nicpolicy::PolicyChain::new(policy.clone());
+    let report = Report::run(&paths, &chain, |_| {});
+    let failures = report
+        .failures()
+        .map(|case| match &case.outcome {
+            Outcome::Failed { mismatches, actual } => format!(
                 "{}:\n  {}\n  actual:\n{actual}",
-                path.display(),
+                case.path.display(),
                 mismatches.join("\n  ")
-            )),
-            Err(err) => Some(format!("{}: cannot load: {err}", path.display())),
+            ),
+            Outcome::Passed => String::new(),
         })
         .collect();
     (paths.len(), failures)

@@ -19,6 +19,17 @@ fn every_site_policy_passes_its_cases() {
             .load(policy.wasm, PolicyOptions::default())
             .unwrap_or_else(|err| panic!("{}: {err}", policy.name));
         let dir = cases_root.join(policy.name);
+        if !dir.is_dir() {
+            failures.push(format!(
+                "policies/{name} is built into nicpolicy (every crate under policies/ is), but \
+                 its case suite {dir} does not exist: add at least {MIN_CASES} case files there \
+                 (docs/testing.md). A site policy that should not be built in lives outside \
+                 policies/ (start from examples/site-policy/).",
+                name = policy.name,
+                dir = dir.display()
+            ));
+            continue;
+        }
         let (count, policy_failures) = run_suite(&loaded, &dir);
         if count < MIN_CASES {
             failures.push(format!(

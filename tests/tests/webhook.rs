@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use nicpolicy::plugin::ObjectKind;
 use nicpolicy::webhook::config::ClusterSourceConfig;
 use nicpolicy::webhook::tls::SelfSigned;
-use nicpolicy::webhook::{App, Endpoint, KindKey, ServeConfig, Server, StaticClusters};
+use nicpolicy::webhook::{App, Endpoint, ServeConfig, Server, StaticClusters};
 use nicpolicy::{builtin, Host, HostConfig};
 use nicpolicy_tests::{allow_result, Module};
 use serde_json::{json, Value};
@@ -118,7 +119,7 @@ impl TestServer {
         (status, response.text().await.expect("body"))
     }
 
-    async fn review(&self, endpoint: Endpoint, kind: KindKey, review: &Value) -> Value {
+    async fn review(&self, endpoint: Endpoint, kind: ObjectKind, review: &Value) -> Value {
         let (status, text) = self
             .post_bytes(&endpoint.path(kind), serde_json::to_vec(review).unwrap())
             .await;
@@ -204,8 +205,8 @@ fn causes(response: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const M: KindKey = KindKey::VcdMachine;
-const T: KindKey = KindKey::VcdMachineTemplate;
+const M: ObjectKind = ObjectKind::VcdMachine;
+const T: ObjectKind = ObjectKind::VcdMachineTemplate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shipped_config_answers_the_api_server_fixtures() {
@@ -682,7 +683,9 @@ fn bad_configurations_are_refused_at_start_with_the_field() {
     // Settings the policy refuses.
     let config = module_config(&dir, good, "250ms", "");
     let mut config_with_settings = config.clone();
-    config_with_settings.policies.get_mut(&M).unwrap()[0].settings = json!({"maxNics": 42});
+    config_with_settings.policies.get_mut(&M).unwrap()[0]
+        .spec
+        .settings = nicpolicy::SettingsSource::Inline(json!({"maxNics": 42}));
     let err = App::new(host(), config_with_settings, clusters())
         .err()
         .expect("refused");
@@ -694,7 +697,7 @@ fn bad_configurations_are_refused_at_start_with_the_field() {
 
     // A pin that does not match: both digests in the message.
     let mut pinned = config.clone();
-    pinned.policies.get_mut(&M).unwrap()[0].sha256 = Some("0".repeat(64));
+    pinned.policies.get_mut(&M).unwrap()[0].spec.sha256 = Some("0".repeat(64));
     let text = App::new(host(), pinned, clusters())
         .err()
         .expect("refused")

@@ -1,5 +1,4 @@
-//! `nicpolicy serve` and `nicpolicy review`: the admission webhook, and one review answered
-//! from a file.
+//! `nicpolicy serve`: the admission webhook.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
-use nicpolicy::webhook::config::{ClusterSourceConfig, ServeConfig};
-use nicpolicy::webhook::{
-    server, tls, App, ClusterSource, Endpoint, KindKey, KubeClusters, Server, StaticClusters,
-};
+use nicpolicy::webhook::config::{ClusterSourceConfig, ServeConfig, TlsFiles};
+use nicpolicy::webhook::{server, tls, App, ClusterSource, KubeClusters, Server, StaticClusters};
 use nicpolicy::{Host, HostConfig};
+
+use super::{runtime, usage, Failure};
 
 /// How long in-flight reviews may take to finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
@@ -69,32 +68,6 @@ enum LogFormat {
     Json,
 }
 
-#[derive(clap::Args)]
-pub struct ReviewArgs {
-    /// The AdmissionReview (JSON or YAML) kube-apiserver would send.
-    #[arg(long, value_name = "FILE")]
-    request: PathBuf,
-    /// Configuration file, as for `serve`; the built-in CAPVCD policy when omitted.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Files with the Cluster and VCDCluster objects (required unless the configuration reads
-    /// clusters from files).
-    #[arg(long, value_name = "FILE", num_args = 1..)]
-    clusters: Vec<PathBuf>,
-    /// The org VDC network inventory, overriding the configuration's.
-    #[arg(long, value_name = "FILE")]
-    inventory: Option<PathBuf>,
-    /// Which endpoint answers: validate (allow or deny) or mutate (JSON patch).
-    #[arg(long, value_enum, default_value_t = EndpointArg::Validate)]
-    endpoint: EndpointArg,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum EndpointArg {
-    Validate,
-    Mutate,
-}
-
 fn init_logging(args: &LogArgs) -> Result<()> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log_level.clone());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
@@ -112,7 +85,7 @@ fn init_logging(args: &LogArgs) -> Result<()> {
     result.map_err(|err| anyhow!("cannot set up logging: {err}"))
 }
 
-fn read_config(path: Option<&PathBuf>) -> Result<ServeConfig> {
+pub(super) fn read_config(path: Option<&PathBuf>) -> Result<ServeConfig> {
     match path {
         Some(path) => Ok(ServeConfig::read(path)?),
         None => Ok(ServeConfig::builtin_default()),
@@ -120,25 +93,28 @@ fn read_config(path: Option<&PathBuf>) -> Result<ServeConfig> {
 }
 
 /// One engine sized for the configuration: enough pool slots for every evaluation slot plus
-/// reloads, and the largest memory cap any policy has.
-fn host_for(config: &ServeConfig) -> Result<Host> {
+/// reloads, and the largest memory cap any policy has. Failing to start it is a run-time
+/// failure (exit code 3), as in `eval`.
+pub(super) fn host_for(config: &ServeConfig) -> Result<Host, Failure> {
     let largest = config
         .policies
         .values()
         .flatten()
-        .map(|p| p.limits.memory_bytes)
+        .map(|p| p.spec.limits.memory_bytes)
         .max()
         .unwrap_or(0);
     let mut host = HostConfig::default();
     host.max_memory_bytes = host.max_memory_bytes.max(largest);
     host.max_instances = u32::try_from(config.workers * 2 + 8).unwrap_or(u32::MAX);
-    Ok(Host::new(host)?)
+    Host::new(host).map_err(runtime)
 }
 
-/// `nicpolicy serve`. Errors are start-up failures (exit code 2).
-pub fn serve(args: ServeArgs) -> Result<()> {
-    init_logging(&args.logging)?;
-    let mut config = read_config(args.config.as_ref())?;
+/// `nicpolicy serve`, until SIGTERM or Ctrl-C. What stops it before it listens is bad usage or
+/// input (exit code 2: flags, configuration, certificates, policies, cluster files); the
+/// engine, the Kubernetes API or the server failing is a run-time failure (exit code 3).
+pub fn run(args: ServeArgs) -> Result<u8, Failure> {
+    init_logging(&args.logging).map_err(usage)?;
+    let mut config = read_config(args.config.as_ref()).map_err(usage)?;
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
@@ -148,33 +124,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         };
     }
     if config.tls.is_none() && !args.tls_self_signed {
-        bail!("no serving certificate: set tls.certFile and tls.keyFile in the configuration, or pass --tls-self-signed for local use");
+        return Err(usage(anyhow!("no serving certificate: set tls.certFile and tls.keyFile in the configuration, or pass --tls-self-signed for local use")));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime_threads = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("nicpolicy-http")
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(run(args, config))
+        .context("cannot start the async runtime")
+        .map_err(runtime)?;
+    runtime_threads.block_on(serve(args, config)).map(|()| 0)
 }
 
-async fn run(args: ServeArgs, config: ServeConfig) -> Result<()> {
+async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
     let host = host_for(&config)?;
-    let clusters: Arc<dyn ClusterSource> = match &config.clusters {
-        ClusterSourceConfig::Static { files } => {
-            let source = StaticClusters::read(files)?;
-            tracing::info!(vcd_clusters = source.len(), "clusters read from files");
-            Arc::new(source)
-        }
-        ClusterSourceConfig::Kubernetes {
-            cluster_api_version,
-        } => {
-            let client = kube::Client::try_default().await.context(
-                "cannot reach the Kubernetes API (in-cluster config or KUBECONFIG); pass --clusters FILE to run without it",
-            )?;
-            Arc::new(KubeClusters::start(client, cluster_api_version))
-        }
-    };
+    let clusters = cluster_source(&config.clusters).await?;
     let listen = config.listen;
     let tls_files = config.tls.clone();
     let config_label = args
@@ -182,7 +145,9 @@ async fn run(args: ServeArgs, config: ServeConfig) -> Result<()> {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "built-in configuration".to_string());
-    let mut app = App::new(host, config, clusters).context("cannot load the policies")?;
+    let mut app = App::new(host, config, clusters)
+        .context("cannot load the policies")
+        .map_err(usage)?;
     if args.bench_native_capvcd {
         tracing::warn!(
             "benchmark mode: deciding with native CAPVCD rules, not the configured policies"
@@ -190,29 +155,16 @@ async fn run(args: ServeArgs, config: ServeConfig) -> Result<()> {
         app = app.with_native_evaluator(Arc::new(nicpolicy::plugin::capvcd::evaluate));
     }
     let app = Arc::new(app);
-    let tls = match (&tls_files, args.tls_self_signed) {
-        (None, false) => bail!("no serving certificate: set tls.certFile and tls.keyFile"),
-        (_, true) => {
-            let generated = tls::SelfSigned::generate(&args.tls_sans)?;
-            generated.write_ca_bundle(&args.ca_bundle)?;
-            tracing::info!(ca_bundle = %args.ca_bundle.display(), "self-signed certificate generated; clients must trust the CA bundle");
-            generated.rustls().await?
-        }
-        (Some(files), false) => {
-            let config = tls::from_files(files).await?;
-            tls::watch(
-                config.clone(),
-                files.clone(),
-                app.reviewer().metrics().clone(),
-            );
-            config
-        }
-    };
+    let tls = serving_certificate(&args, tls_files.as_ref(), &app)
+        .await
+        .map_err(usage)?;
     let listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let server = Server::start(app.clone(), listener, tls)?;
+        .with_context(|| format!("cannot listen on {listen}"))
+        .map_err(usage)?;
+    let server = Server::start(app.clone(), listener, tls).map_err(usage)?;
     app.watch_for_changes()
-        .context("cannot start the reload watcher")?;
+        .context("cannot start the reload watcher")
+        .map_err(runtime)?;
     let served = app.reviewer().policies().get();
     for (kind, chain) in &served.chains {
         tracing::info!(kind = kind.as_str(), policies = %chain.name(), "serving");
@@ -221,67 +173,53 @@ async fn run(args: ServeArgs, config: ServeConfig) -> Result<()> {
     server::shutdown_signal().await;
     tracing::info!("shutting down: finishing reviews in flight");
     server.shutdown(SHUTDOWN_GRACE);
-    server.wait().await?;
+    server.wait().await.map_err(runtime)?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// `nicpolicy review`: prints the AdmissionReview response; returns whether it allowed.
-pub fn review(args: ReviewArgs) -> Result<bool> {
-    let mut config = read_config(args.config.as_ref())?;
-    if args.inventory.is_some() {
-        config.inventory = args.inventory.clone();
+/// Cluster files are input (exit code 2); an unreachable Kubernetes API is a run-time failure.
+async fn cluster_source(config: &ClusterSourceConfig) -> Result<Arc<dyn ClusterSource>, Failure> {
+    match config {
+        ClusterSourceConfig::Static { files } => {
+            let source = StaticClusters::read(files).map_err(usage)?;
+            tracing::info!(vcd_clusters = source.len(), "clusters read from files");
+            Ok(Arc::new(source))
+        }
+        ClusterSourceConfig::Kubernetes {
+            cluster_api_version,
+        } => {
+            let client = kube::Client::try_default().await.context(
+                "cannot reach the Kubernetes API (in-cluster config or KUBECONFIG); pass --clusters FILE to run without it",
+            ).map_err(runtime)?;
+            Ok(Arc::new(KubeClusters::start(client, cluster_api_version)))
+        }
     }
-    config.reload_interval = None;
-    let files = match (&args.clusters, &config.clusters) {
-        (given, _) if !given.is_empty() => given.clone(),
-        (_, ClusterSourceConfig::Static { files }) => files.clone(),
-        _ => bail!("review runs without a Kubernetes API: pass --clusters FILE with the machine's Cluster and VCDCluster"),
-    };
-    let clusters = StaticClusters::read(&files)?;
-    let text = std::fs::read_to_string(&args.request)
-        .with_context(|| format!("{}: cannot read", args.request.display()))?;
-    // YAML is accepted for hand-written requests; the server itself only takes JSON.
-    let value = nicpolicy::manifest::ManifestFile::parse(&args.request, &text)?
-        .objects
-        .into_iter()
-        .next()
-        .map(|o| o.value)
-        .ok_or_else(|| anyhow!("{}: the file is empty", args.request.display()))?;
-    let kind_name = value
-        .pointer("/request/kind/kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or_default()
-        .to_string();
-    let kind = KindKey::from_kind(&kind_name).ok_or_else(|| {
-        anyhow!(
-            "{}: request.kind.kind is {kind_name:?}; nicpolicy reviews VCDMachine and VCDMachineTemplate",
-            args.request.display()
-        )
-    })?;
-    let host = host_for(&config)?;
-    let app = App::new(host, config, Arc::new(clusters)).context("cannot load the policies")?;
-    let endpoint = match args.endpoint {
-        EndpointArg::Validate => Endpoint::Validate,
-        EndpointArg::Mutate => Endpoint::Mutate,
-    };
-    let body = serde_json::to_vec(&value)?;
-    let answer = app.reviewer().review(endpoint, kind, &body);
-    let response: serde_json::Value = serde_json::from_slice(&answer.body)?;
-    println!("{}", serde_json::to_string_pretty(&response)?);
-    if answer.http_status != 200 {
-        bail!(
-            "the review was not answered: {}",
-            response
-                .pointer("/response/status/message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("malformed request")
-        );
+}
+
+/// The certificate to serve: generated (`--tls-self-signed`), or read from the configured
+/// files and watched for rotation.
+async fn serving_certificate(
+    args: &ServeArgs,
+    files: Option<&TlsFiles>,
+    app: &App,
+) -> Result<axum_server::tls_rustls::RustlsConfig> {
+    match (files, args.tls_self_signed) {
+        (None, false) => bail!("no serving certificate: set tls.certFile and tls.keyFile"),
+        (_, true) => {
+            let generated = tls::SelfSigned::generate(&args.tls_sans)?;
+            generated.write_ca_bundle(&args.ca_bundle)?;
+            tracing::info!(ca_bundle = %args.ca_bundle.display(), "self-signed certificate generated; clients must trust the CA bundle");
+            Ok(generated.rustls().await?)
+        }
+        (Some(files), false) => {
+            let config = tls::from_files(files).await?;
+            tls::watch(
+                config.clone(),
+                files.clone(),
+                app.reviewer().metrics().clone(),
+            );
+            Ok(config)
+        }
     }
-    if let Some(patch) = response.pointer("/response/patch").and_then(|p| p.as_str()) {
-        use base64::Engine as _;
-        let decoded = base64::engine::general_purpose::STANDARD.decode(patch)?;
-        eprintln!("patch: {}", String::from_utf8_lossy(&decoded));
-    }
-    Ok(answer.allowed)
 }

@@ -7,7 +7,7 @@
 //! never waits on an API call).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +18,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use nicpolicy_plugin::Cluster;
 use serde_json::Value;
+
+use nicpolicy_plugin::objects::{cluster_from_object, CAPVCD_GROUP};
 
 use crate::manifest::{ManifestError, ManifestFile};
 
@@ -110,11 +112,9 @@ fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> 
         .ok_or_else(|| LookupError::Invalid(format!("{at}: spec.infrastructureRef has no name")))
 }
 
-/// Reads a VCDCluster object into the schema's [`Cluster`].
-fn read_vcd_cluster(object: Value, label: &str) -> Result<Cluster, LookupError> {
-    ManifestFile::from_documents(Path::new(label), vec![object])
-        .and_then(|file| file.cluster(None))
-        .map_err(|err| LookupError::Invalid(err.to_string()))
+/// Reads a VCDCluster object into the schema's [`Cluster`]; `label` names it in errors.
+fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError> {
+    cluster_from_object(object).map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
 /// Cluster and VCDCluster objects read from manifest files.
@@ -151,7 +151,7 @@ impl StaticClusters {
                     "VCDCluster" => {
                         // Checked now, so a bad file fails at start rather than per review.
                         let label = format!("{}: VCDCluster {}", path.display(), key.1);
-                        read_vcd_cluster(object.value.clone(), &label).map_err(|err| {
+                        read_vcd_cluster(&object.value, &label).map_err(|err| {
                             ManifestError::Field {
                                 path: path.clone(),
                                 field: object.position.clone(),
@@ -213,7 +213,7 @@ impl ClusterSource for StaticClusters {
                     )
                 })
             })?;
-        read_vcd_cluster(vcd.clone(), &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 }
 
@@ -235,7 +235,7 @@ impl KubeClusters {
             "clusters",
         );
         let vcd_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta3", "VCDCluster"),
+            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", "VCDCluster"),
             "vcdclusters",
         );
         let ready = Arc::new(AtomicBool::new(false));
@@ -313,7 +313,7 @@ impl ClusterSource for KubeClusters {
             map.entry("kind")
                 .or_insert_with(|| Value::String("VCDCluster".to_string()));
         }
-        read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
+        read_vcd_cluster(&vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
     }
 
     fn ready(&self) -> bool {
@@ -335,6 +335,8 @@ impl ClusterSource for KubeClusters {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use serde_json::json;
 

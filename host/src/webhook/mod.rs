@@ -6,7 +6,9 @@
 //! - [`config`]: the configuration file.
 //! - [`policies`]: the policies it serves, one consistent snapshot per review, hot reload.
 //! - [`clusters`]: finding a machine's VCDCluster ([`ClusterSource`]: files or watch caches).
-//! - [`review`]: one AdmissionReview in, one out (usable without a server: `nicpolicy review`).
+//! - [`review`]: one AdmissionReview in, one out (usable without a server: `nicpolicy review`);
+//!   [`admission`] holds the AdmissionReview wire format, [`patch`] the JSON patch of the
+//!   mutating endpoint.
 //! - [`server`]: HTTPS routes, the bounded evaluation pool, probes, graceful shutdown.
 //! - [`tls`]: certificate files and their rotation, self-signed certificates.
 //! - [`metrics`]: Prometheus metrics.
@@ -28,18 +30,23 @@
 //! server.wait().await?;
 //! # Ok(())
 //! # }
+//! # let _ = run;
 //! ```
 
+pub mod admission;
 pub mod clusters;
 pub mod config;
 pub mod metrics;
+pub mod patch;
 pub mod policies;
 pub mod review;
 pub mod server;
 pub mod tls;
 
+pub use admission::Answer;
 pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
-pub use config::{ConfigError, FailureMode, KindKey, ServeConfig, UnknownClusterMode};
+pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
+pub use patch::NIC_PLAN_ANNOTATION;
 pub use policies::{ServeLoadError, Served, ServedPolicies};
-pub use review::{Answer, Endpoint, NativeEvaluator, Reviewer, NIC_PLAN_ANNOTATION};
+pub use review::{Endpoint, NativeEvaluator, Reviewer};
 pub use server::{App, Server};

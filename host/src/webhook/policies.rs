@@ -5,21 +5,20 @@
 //! *before* it swaps the snapshot; a configuration that fails any of that is reported (log and
 //! `nicpolicy_policy_load_failures_total`) and the previous snapshot keeps serving.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use nicpolicy_plugin::Inventory;
+use nicpolicy_plugin::{Inventory, ObjectKind};
 use sha2::{Digest, Sha256};
 
-use super::config::{
-    ConfigError, FailureMode, KindKey, ModuleSource, ServeConfig, UnknownClusterMode,
-};
+use super::config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 use super::metrics::Metrics;
 use crate::error::LoadError;
 use crate::manifest::{self, ManifestError};
-use crate::{builtin, Host, PolicyChain, PolicyOptions};
+use crate::spec::{ChainLoader, PolicySpec};
+use crate::{Host, PolicyChain};
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +26,7 @@ pub enum ServeLoadError {
     /// The configuration file itself is wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A settings or inventory file is wrong.
+    /// The inventory file is wrong.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     /// A policy module was refused.
@@ -51,7 +50,7 @@ pub struct Served {
     /// The configuration this snapshot was loaded from.
     pub config: ServeConfig,
     /// The policy chain of each served kind.
-    pub chains: BTreeMap<KindKey, PolicyChain>,
+    pub chains: BTreeMap<ObjectKind, PolicyChain>,
     /// The org VDC's networks, when configured.
     pub inventory: Option<Inventory>,
     fingerprint: Fingerprint,
@@ -72,59 +71,22 @@ impl Served {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "(built-in configuration)".to_string());
-        let mut chains = BTreeMap::new();
-        // Each file is read once per load: entries naming the same module get the same bytes
+        // One loader for every kind: entries naming the same module file get the same bytes
         // even if the file is replaced while the load runs.
-        let mut modules: HashMap<PathBuf, Arc<Vec<u8>>> = HashMap::new();
+        let mut loader = ChainLoader::new(host);
+        let mut chains = BTreeMap::new();
         for (kind, entries) in &config.policies {
-            let mut chain: Option<PolicyChain> = None;
-            for entry in entries {
-                let settings = match &entry.settings_file {
-                    Some(path) => manifest::read_settings(path)?,
-                    None => entry.settings.clone(),
-                };
-                let options = PolicyOptions {
-                    limits: entry.limits,
-                    settings,
-                    sha256: entry.sha256.clone(),
-                };
-                let refused = |error: LoadError| ServeLoadError::Policy {
-                    config: config_label.clone(),
-                    field: entry.field.clone(),
-                    module: entry.source.label(),
-                    error: Box::new(error),
-                };
-                let policy = match &entry.source {
-                    ModuleSource::File(path) => match modules.get(path) {
-                        Some(bytes) => host.load(bytes, options),
-                        None => match std::fs::read(path) {
-                            Ok(bytes) => {
-                                let bytes = Arc::new(bytes);
-                                modules.insert(path.clone(), bytes.clone());
-                                host.load(&bytes, options)
-                            }
-                            Err(error) => Err(LoadError::Read {
-                                path: path.clone(),
-                                error,
-                            }),
-                        },
-                    },
-                    ModuleSource::Builtin(name) => match builtin::get(name) {
-                        Some(policy) => host.load(policy.wasm, options),
-                        None => Err(LoadError::NotWasm(format!(
-                            "no built-in policy named {name:?}"
-                        ))),
-                    },
-                }
-                .map_err(refused)?;
-                chain = Some(match chain {
-                    None => PolicyChain::new(policy),
-                    Some(chain) => chain.then(policy),
-                });
-            }
-            if let Some(chain) = chain {
-                chains.insert(*kind, chain);
-            }
+            let specs: Vec<PolicySpec> = entries.iter().map(|entry| entry.spec.clone()).collect();
+            let chain = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
+                config: config_label.clone(),
+                field: entries
+                    .get(err.index)
+                    .map(|entry| entry.field.clone())
+                    .unwrap_or_else(|| format!("policies.{}", kind.as_str())),
+                module: err.label,
+                error: err.error,
+            })?;
+            chains.insert(*kind, chain);
         }
         let inventory = config
             .inventory

@@ -1,31 +1,32 @@
 //! One AdmissionReview in, one out: the request is mapped to a policy [`Request`], the served
-//! chain evaluates it, and the decision becomes a JSON patch (mutate) or an allow / deny with
-//! Kubernetes field causes (validate).
+//! chain evaluates it, and the decision becomes a JSON patch (mutate, [`super::patch`]) or an
+//! allow / deny with Kubernetes field causes (validate); [`super::admission`] holds the wire
+//! format.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
-use kube::core::{DynamicObject, Status};
-use nicpolicy_plugin::{Decision, ObjectKind, Operation as PolicyOperation, Request};
-use serde::Serialize;
+use json_patch::Patch;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::DynamicObject;
+use nicpolicy_plugin::{
+    Cluster, Decision, Machine, ObjectKind, Operation as PolicyOperation, Request,
+};
+
+use crate::lifecycle;
 use serde_json::Value;
 
+use super::admission::{
+    allow, deleting, deny, failure_answer, fill_metadata, finish, invalid, invalid_status,
+    read_review, review_request, Answer,
+};
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
-use super::config::{FailureMode, KindKey, UnknownClusterMode};
+use super::config::{FailureMode, UnknownClusterMode};
 use super::metrics::{FailureLabels, Metrics, PolicyLabels, ReviewLabels};
+use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
-use crate::lifecycle::{self, reason_words};
-use crate::manifest::{self, ManifestFile, CAPVCD_GROUP};
 use crate::{ChainError, ChainEvaluation};
-
-/// Annotation that carries the NIC plan, written by the mutating endpoint.
-pub const NIC_PLAN_ANNOTATION: &str = "nicpolicy.io/nic-plan";
+use nicpolicy_plugin::objects::{machine_from_object, CAPVCD_GROUP};
 
 /// The two webhook endpoints of a kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,55 +48,42 @@ impl Endpoint {
 
     /// The Cluster API style path of this endpoint for `kind`, like
     /// `/validate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachine`.
-    pub fn path(self, kind: KindKey) -> String {
+    pub fn path(self, kind: ObjectKind) -> String {
         format!(
             "/{}-infrastructure-cluster-x-k8s-io-v1beta3-{}",
             self.as_str(),
-            kind.path_segment()
+            path_segment(kind)
         )
     }
 }
-
-/// The NIC plan as the annotation holds it (JSON).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NicPlan<'a> {
-    /// The policy chain that planned it.
-    pub policy: &'a str,
-    /// Every NIC, NIC 0 first.
-    pub nics: &'a [nicpolicy_plugin::Nic],
-    /// The vApp networks the machine needs.
-    pub vapp_networks: &'a [String],
-}
-
-/// An HTTP answer: status code and a JSON AdmissionReview body.
-#[derive(Clone, Debug)]
-pub struct Answer {
-    /// 200 for every answered review; 400 when the body is not a readable AdmissionReview.
-    pub http_status: u16,
-    /// The AdmissionReview (or, for HTTP 400, an AdmissionReview without uid) as JSON.
-    pub body: Vec<u8>,
-    /// Whether the object was admitted.
-    pub allowed: bool,
-    /// What the review came to, as `nicpolicy_reviews_total` counts it.
-    pub result: &'static str,
-    /// Generation of the configuration that answered.
-    pub generation: u64,
-    /// Why the request could not be read (HTTP 400); empty otherwise.
-    pub message: String,
+/// The kind in lower case, as webhook paths spell it.
+pub fn path_segment(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::VcdMachine => "vcdmachine",
+        ObjectKind::VcdMachineTemplate => "vcdmachinetemplate",
+    }
 }
 
 /// What a review needs to reach a decision after it is read.
 struct Job {
     request: AdmissionRequest<DynamicObject>,
     object: Value,
-    kind: KindKey,
+    kind: ObjectKind,
     endpoint: Endpoint,
     served: Arc<Served>,
     policy: Request,
     display: String,
     /// Warnings of the host's own (the cluster is not known yet), given with the answer.
     warnings: Vec<String>,
+}
+
+/// The objects of a review, read.
+struct Objects {
+    /// `request.object`, with the name and namespace filled in from the request.
+    object: Value,
+    kind: ObjectKind,
+    machine: Machine,
+    old_machine: Option<Machine>,
 }
 
 /// Native code standing in for the served policies; see [`Reviewer::with_native_evaluator`].
@@ -148,24 +136,22 @@ impl Reviewer {
     }
 
     /// Answers one review posted to `endpoint` of `kind`. Blocking: it runs the policies.
-    pub fn review(&self, endpoint: Endpoint, kind: KindKey, body: &[u8]) -> Answer {
+    pub fn review(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Answer {
         let answer = match self.prepare(endpoint, kind, body) {
             Ok(job) => self.evaluate(job),
             Err(answer) => answer,
         };
-        self.metrics
-            .reviews
-            .get_or_create(&ReviewLabels {
-                kind: kind.as_str().to_string(),
-                endpoint: endpoint.as_str().to_string(),
-                result: answer.result.to_string(),
-            })
-            .inc();
-        answer
+        self.counted(endpoint, kind, answer)
     }
 
     /// The answer for a review that found every evaluation slot busy for `waited`.
-    pub fn busy(&self, endpoint: Endpoint, kind: KindKey, body: &[u8], waited: Duration) -> Answer {
+    pub fn busy(
+        &self,
+        endpoint: Endpoint,
+        kind: ObjectKind,
+        body: &[u8],
+        waited: Duration,
+    ) -> Answer {
         self.metrics.reject("busy");
         let served = self.policies.get();
         let message = format!(
@@ -189,6 +175,11 @@ impl Reviewer {
             ),
             Err(answer) => answer,
         };
+        self.counted(endpoint, kind, answer)
+    }
+
+    /// `answer`, counted in `nicpolicy_reviews_total`.
+    fn counted(&self, endpoint: Endpoint, kind: ObjectKind, answer: Answer) -> Answer {
         self.metrics
             .reviews
             .get_or_create(&ReviewLabels {
@@ -207,7 +198,8 @@ impl Reviewer {
         tracing::info!(reason, "review rejected: {message}");
     }
 
-    fn prepare(&self, endpoint: Endpoint, kind: KindKey, body: &[u8]) -> Result<Job, Answer> {
+    /// Reads the review and everything the policies need, or answers it right away.
+    fn prepare(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Result<Job, Answer> {
         let served = self.policies.get();
         let generation = served.generation;
         let malformed = |answer: Answer| {
@@ -225,6 +217,60 @@ impl Reviewer {
         let object = raw.pointer_mut("/request/object").map(Value::take);
         let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
         let request = review_request(&raw, generation).map_err(malformed)?;
+        self.check_kind(endpoint, kind, &request, &served)?;
+        let objects = self.read_objects(&request, object, old_object, &served)?;
+        let machine = &objects.machine;
+        let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
+        // Defaulting an object that is being deleted helps nobody: leave it alone.
+        if endpoint == Endpoint::Mutate && machine.is_deleting() {
+            return Err(allow(&request, None, Vec::new(), &served));
+        }
+        let mut warnings = Vec::new();
+        let (cluster, cluster_unknown) =
+            match self.find_cluster(kind, &request, &objects, &display, &served)? {
+                Ok(cluster) => (cluster, false),
+                Err(warning) => {
+                    warnings.push(warning);
+                    let name = cluster_name_of(&objects.object).unwrap_or_default();
+                    let namespace = &objects.machine.namespace;
+                    (crate::manifest::unknown_cluster(&name, namespace), true)
+                }
+            };
+        let policy = Request {
+            operation: match request.operation {
+                Operation::Update => PolicyOperation::Update,
+                _ => PolicyOperation::Create,
+            },
+            kind: objects.kind,
+            machine: objects.machine,
+            old_machine: objects.old_machine,
+            cluster,
+            inventory: served.inventory.clone(),
+            settings: Value::Null,
+            cluster_unknown,
+            baseline: false,
+        };
+        Ok(Job {
+            request,
+            object: objects.object,
+            kind,
+            endpoint,
+            served,
+            policy,
+            display,
+            warnings,
+        })
+    }
+
+    /// Whether this review is one the endpoint decides: the right kind, a create or update of
+    /// the object itself, and a kind the configuration serves.
+    fn check_kind(
+        &self,
+        endpoint: Endpoint,
+        kind: ObjectKind,
+        request: &AdmissionRequest<DynamicObject>,
+        served: &Served,
+    ) -> Result<(), Answer> {
         let object_kind = &request.kind;
         if object_kind.group != CAPVCD_GROUP || object_kind.kind != kind.as_str() {
             let got = if object_kind.group.is_empty() {
@@ -238,7 +284,7 @@ impl Reviewer {
                 kind.as_str()
             );
             self.reject("wrong_kind", &message);
-            return Err(deny(&request, 400, "BadRequest", message, &served));
+            return Err(deny(request, 400, "BadRequest", message, served));
         }
         // Status updates and deletions carry no network choice to check.
         if request
@@ -247,7 +293,7 @@ impl Reviewer {
             .is_some_and(|s| !s.is_empty())
             || !matches!(request.operation, Operation::Create | Operation::Update)
         {
-            return Err(allow(&request, None, Vec::new(), &served));
+            return Err(allow(request, None, Vec::new(), served));
         }
         if !served.chains.contains_key(&kind) {
             let config = served
@@ -259,19 +305,28 @@ impl Reviewer {
             let message = format!("no policy is configured for {} in {config}", kind.as_str());
             self.reject("not_served", &message);
             return Err(failure_answer(
-                &request,
+                request,
                 served.on_policy_failure(),
                 500,
                 "InternalError",
                 &message,
-                &served,
+                served,
             ));
         }
+        Ok(())
+    }
 
-        let request_ref = &request;
+    /// The object (and, for an UPDATE, the stored one) mapped to the schema.
+    fn read_objects(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        object: Option<Value>,
+        old_object: Option<Value>,
+        served: &Served,
+    ) -> Result<Objects, Answer> {
         let bad_request = |message: String| {
             self.reject("malformed", &message);
-            deny(request_ref, 400, "BadRequest", message, &served)
+            deny(request, 400, "BadRequest", message, served)
         };
         let mut object = object.filter(Value::is_object).ok_or_else(|| {
             bad_request(format!(
@@ -279,15 +334,14 @@ impl Reviewer {
                 request.operation
             ))
         })?;
-        fill_metadata(&mut object, &request);
-        let (object_kind, machine) =
-            read_machine(&object, "request.object").map_err(bad_request)?;
+        fill_metadata(&mut object, request);
+        let (kind, machine) = read_machine(&object, "request.object").map_err(bad_request)?;
         let old_machine = match request.operation {
             Operation::Update => {
                 let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
                         bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
                     })?;
-                fill_metadata(&mut old, &request);
+                fill_metadata(&mut old, request);
                 Some(
                     read_machine(&old, "request.oldObject")
                         .map_err(bad_request)?
@@ -296,109 +350,84 @@ impl Reviewer {
             }
             _ => None,
         };
-        let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
-        // Defaulting an object that is being deleted helps nobody: leave it alone.
-        if endpoint == Endpoint::Mutate && machine.is_deleting() {
-            return Err(allow(&request, None, Vec::new(), &served));
-        }
+        Ok(Objects {
+            object,
+            kind,
+            machine,
+            old_machine,
+        })
+    }
 
-        let named = cluster_name_of(&object);
-        let cluster = named
-            .clone()
+    /// The machine's VCDCluster; `Ok(Err(warning))` when it is not known and the machine is
+    /// to be checked without it ([`UnknownClusterMode::CheckWithoutCluster`], and always for
+    /// an object being deleted, which is never denied); `Err` answers the review right away.
+    fn find_cluster(
+        &self,
+        kind: ObjectKind,
+        request: &AdmissionRequest<DynamicObject>,
+        objects: &Objects,
+        display: &str,
+        served: &Served,
+    ) -> Result<Result<Cluster, String>, Answer> {
+        let namespace = &objects.machine.namespace;
+        let found = cluster_name_of(&objects.object)
             .ok_or(LookupError::Unnamed {
                 kind: kind.as_str(),
-                owner: if kind == KindKey::VcdMachineTemplate {
+                owner: if kind == ObjectKind::VcdMachineTemplate {
                     " and no Cluster owner reference"
                 } else {
                     ""
                 },
             })
-            .and_then(|name| self.clusters.vcd_cluster(&machine.namespace, &name));
-        let mut warnings = Vec::new();
-        let (cluster, cluster_unknown) = match cluster {
-            Ok(cluster) => (cluster, false),
-            Err(err) => {
-                let message = format!("cannot check the networks of {display}: {err}");
-                // An object being deleted is never denied: checked as far as possible instead.
-                let mode = if machine.is_deleting() {
-                    UnknownClusterMode::CheckWithoutCluster
-                } else {
-                    served.on_unknown_cluster()
-                };
-                if mode == UnknownClusterMode::CheckWithoutCluster {
-                    self.metrics.reject("unknown_cluster");
-                    let machine_name = display.as_str();
-                    tracing::info!(
-                        machine = machine_name,
-                        "cluster not known: checked without it: {err}"
-                    );
-                } else {
-                    self.reject("unknown_cluster", &message);
-                }
-                match mode {
-                    UnknownClusterMode::Deny => {
-                        return Err(deny(&request, 400, "BadRequest", message, &served))
-                    }
-                    UnknownClusterMode::Allow => {
-                        return Err(allow(
-                            &request,
-                            None,
-                            vec![format!("nicpolicy: networks not checked: {message}")],
-                            &served,
-                        ))
-                    }
-                    UnknownClusterMode::CheckWithoutCluster => {
-                        warnings.push(self.unknown_cluster_warning(&display, &machine, &err));
-                        let name = named.unwrap_or_default();
-                        (manifest::unknown_cluster(&name, &machine.namespace), true)
-                    }
-                }
+            .and_then(|name| self.clusters.vcd_cluster(namespace, &name));
+        let err = match found {
+            Ok(cluster) => return Ok(Ok(cluster)),
+            Err(err) => err,
+        };
+        let message = format!("cannot check the networks of {display}: {err}");
+        let mode = if objects.machine.is_deleting() {
+            UnknownClusterMode::CheckWithoutCluster
+        } else {
+            served.on_unknown_cluster()
+        };
+        match mode {
+            UnknownClusterMode::Deny => {
+                self.reject("unknown_cluster", &message);
+                Err(deny(request, 400, "BadRequest", message, served))
             }
-        };
-        let policy = Request {
-            operation: match request.operation {
-                Operation::Update => PolicyOperation::Update,
-                _ => PolicyOperation::Create,
-            },
-            kind: object_kind,
-            machine,
-            old_machine,
-            cluster,
-            inventory: served.inventory.clone(),
-            settings: Value::Null,
-            cluster_unknown,
-            baseline: false,
-        };
-        Ok(Job {
-            request,
-            object,
-            kind,
-            endpoint,
-            served,
-            policy,
-            display,
-            warnings,
-        })
+            UnknownClusterMode::Allow => {
+                self.reject("unknown_cluster", &message);
+                Err(allow(
+                    request,
+                    None,
+                    vec![format!("nicpolicy: networks not checked: {message}")],
+                    served,
+                ))
+            }
+            UnknownClusterMode::CheckWithoutCluster => {
+                self.metrics.reject("unknown_cluster");
+                let machine = display;
+                tracing::info!(machine, "cluster not known: checked without it: {err}");
+                Ok(Err(self.unknown_cluster_warning(display, namespace, &err)))
+            }
+        }
     }
 
     /// The warning for a machine checked without its cluster: why the cluster is unknown, what
     /// was left unchecked, and whether the namespace's only VCDCluster was used (it is not:
     /// nothing ties the machine to it yet).
-    fn unknown_cluster_warning(
-        &self,
-        display: &str,
-        machine: &nicpolicy_plugin::Machine,
-        err: &LookupError,
-    ) -> String {
-        let lone = match self.clusters.vcd_clusters_in(&machine.namespace).as_slice() {
+    fn unknown_cluster_warning(&self, display: &str, namespace: &str, err: &LookupError) -> String {
+        let lone = match self.clusters.vcd_clusters_in(namespace).as_slice() {
             [one] => format!(
-                " VCDCluster {one} is the only one in namespace {} but was not used: nothing ties                  this object to it yet.",
-                machine.namespace
+                " VCDCluster {one} is the only one in namespace {namespace} but was not used: \
+                 nothing ties this object to it yet."
             ),
             _ => String::new(),
         };
         format!(
-            "nicpolicy: {display} was checked without its cluster ({err}): the rules that need              the VCDCluster (NIC 0, the primary network listed again, zones) run when a              VCDMachine is created with its cluster.x-k8s.io/cluster-name label.{lone}"
+            "nicpolicy: {display} was checked without its cluster ({err}): the rules that need \
+             the VCDCluster (NIC 0, the primary network listed again, zones) run when a \
+             VCDMachine is created with its cluster.x-k8s.io/cluster-name label.{lone}"
         )
     }
 
@@ -478,7 +507,7 @@ impl Reviewer {
         tracing::info!(machine = %job.display, uid = %job.request.uid, violations = decision.violations.len(), "denied");
         let mut response = AdmissionResponse::from(&job.request);
         response.allowed = false;
-        response.result = invalid_status(job, decision);
+        response.result = invalid_status(job.kind, &job.policy.machine.name, decision);
         if !warnings.is_empty() {
             response.warnings = Some(warnings);
         }
@@ -498,463 +527,13 @@ impl Reviewer {
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
         });
-        let operations =
-            patch_operations(job.kind.object_kind(), &job.object, decision, plan.as_ref());
+        let operations = patch_operations(job.kind, &job.object, decision, plan.as_ref());
         let patch = (!operations.is_empty()).then_some(Patch(operations));
         allow(&job.request, patch, Vec::new(), &job.served)
     }
 }
 
-/// Reads the request out of an AdmissionReview, or says what is wrong with it.
-fn review_request(raw: &Value, generation: u64) -> Result<AdmissionRequest<DynamicObject>, Answer> {
-    let api_version = raw.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let kind = raw.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
-        return Err(invalid(format!(
-            "expected an AdmissionReview of admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
-        ), generation));
-    }
-    let review: AdmissionReview<DynamicObject> =
-        serde_path_to_error::deserialize(raw).map_err(|err| {
-            invalid(
-                format!(
-                    "malformed AdmissionReview at {}: {}",
-                    err.path(),
-                    err.inner()
-                ),
-                generation,
-            )
-        })?;
-    review
-        .try_into()
-        .map_err(|_| invalid("the AdmissionReview has no request".to_string(), generation))
-}
-
-/// [`review_request`] from bytes.
-fn read_review(body: &[u8], generation: u64) -> Result<AdmissionRequest<DynamicObject>, Answer> {
-    let raw: Value = serde_json::from_slice(body)
-        .map_err(|err| invalid(format!("the request body is not JSON: {err}"), generation))?;
-    review_request(&raw, generation)
-}
-
-/// Whether the review's object is being deleted (`metadata.deletionTimestamp` set).
-fn deleting(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request
-        .object
-        .as_ref()
-        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
-}
-
-/// Objects being created may lack the namespace (it is in the request) or the name
-/// (generateName): take them from the request.
-fn fill_metadata(object: &mut Value, request: &AdmissionRequest<DynamicObject>) {
-    let Some(map) = object.as_object_mut() else {
-        return;
-    };
-    let metadata = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
-    let Some(metadata) = metadata.as_object_mut() else {
-        return;
-    };
-    if let Some(namespace) = request.namespace.as_deref().filter(|n| !n.is_empty()) {
-        metadata
-            .entry("namespace")
-            .or_insert_with(|| Value::String(namespace.to_string()));
-    }
-    if !request.name.is_empty() {
-        metadata
-            .entry("name")
-            .or_insert_with(|| Value::String(request.name.clone()));
-    }
-}
-
-fn read_machine(
-    object: &Value,
-    label: &str,
-) -> Result<(ObjectKind, nicpolicy_plugin::Machine), String> {
-    ManifestFile::from_documents(Path::new(label), vec![object.clone()])
-        .and_then(|file| file.machine(None))
-        .map_err(|err| err.to_string())
-}
-
-/// The JSON patch that writes what the policy decided: `extraOvdcNetworks` when it changed
-/// the list, and the NIC plan annotation when it differs from the stored one. Empty when the
-/// object already says all of it.
-pub fn patch_operations(
-    kind: ObjectKind,
-    object: &Value,
-    decision: &Decision,
-    plan: Option<&NicPlan<'_>>,
-) -> Vec<PatchOperation> {
-    let mut operations = Vec::new();
-    if let Some(extras) = &decision.extra_ovdc_networks {
-        let spec: Vec<&str> = kind.spec_path().split('.').collect();
-        let spec_pointer = PointerBuf::from_tokens(spec.iter().copied());
-        let spec_value = object.pointer(spec_pointer.as_str());
-        let current = spec_value.and_then(|spec| spec.get("extraOvdcNetworks"));
-        let wanted = Value::from(extras.clone());
-        let unchanged = match current {
-            Some(current) => *current == wanted,
-            None => extras.is_empty(),
-        };
-        if !unchanged {
-            let mut field = spec_pointer.clone();
-            field.push_back("extraOvdcNetworks");
-            let spec_exists = spec_value.is_some_and(Value::is_object);
-            operations.push(match (current, spec_exists) {
-                (Some(_), _) => PatchOperation::Replace(ReplaceOperation {
-                    path: field,
-                    value: wanted,
-                }),
-                (None, true) => PatchOperation::Add(AddOperation {
-                    path: field,
-                    value: wanted,
-                }),
-                // `spec.template` always exists (the object was read); only the last level may not.
-                (None, false) => PatchOperation::Add(AddOperation {
-                    path: spec_pointer,
-                    value: serde_json::json!({ "extraOvdcNetworks": wanted }),
-                }),
-            });
-        }
-    }
-    if let Some(plan) = plan {
-        // Serialising plain data cannot fail; an empty plan would only be skipped.
-        let text = serde_json::to_string(plan).unwrap_or_default();
-        let annotations = object.pointer("/metadata/annotations");
-        let current = annotations
-            .and_then(|a| a.get(NIC_PLAN_ANNOTATION))
-            .and_then(Value::as_str);
-        if !text.is_empty() && current != Some(text.as_str()) {
-            operations.push(match annotations {
-                Some(Value::Object(_)) => PatchOperation::Add(AddOperation {
-                    path: PointerBuf::from_tokens(["metadata", "annotations", NIC_PLAN_ANNOTATION]),
-                    value: Value::String(text),
-                }),
-                _ => PatchOperation::Add(AddOperation {
-                    path: PointerBuf::from_tokens(["metadata", "annotations"]),
-                    value: serde_json::json!({ NIC_PLAN_ANNOTATION: text }),
-                }),
-            });
-        }
-    }
-    operations
-}
-
-/// The Status of an invalid object, as kube-apiserver builds it for schema errors
-/// (`reason: Invalid`, code 422, one cause per field), so kubectl prints it the same way.
-fn invalid_status(job: &Job, decision: &Decision) -> Status {
-    let errors: Vec<String> = decision
-        .violations
-        .iter()
-        .map(|v| format!("{}: {}: {}", v.field, reason_words(v.reason), v.message))
-        .collect();
-    let list = match errors.as_slice() {
-        [one] => one.clone(),
-        several => format!("[{}]", several.join(", ")),
-    };
-    let name = job.policy.machine.name.clone();
-    Status {
-        status: Some(StatusSummary::Failure),
-        code: 422,
-        message: format!(
-            "{}.{CAPVCD_GROUP} {name:?} is invalid: {list}",
-            job.kind.as_str()
-        ),
-        metadata: None,
-        reason: "Invalid".to_string(),
-        details: Some(StatusDetails {
-            name,
-            group: CAPVCD_GROUP.to_string(),
-            kind: job.kind.as_str().to_string(),
-            uid: String::new(),
-            causes: decision
-                .violations
-                .iter()
-                .map(|v| StatusCause {
-                    reason: v.reason.kubernetes_cause().to_string(),
-                    message: v.message.clone(),
-                    field: v.field.clone(),
-                })
-                .collect(),
-            retry_after_seconds: 0,
-        }),
-    }
-}
-
-fn allow(
-    request: &AdmissionRequest<DynamicObject>,
-    patch: Option<Patch>,
-    warnings: Vec<String>,
-    served: &Served,
-) -> Answer {
-    let mut response = AdmissionResponse::from(request);
-    let patched = patch.is_some();
-    if let Some(patch) = patch {
-        response = match response.with_patch(patch) {
-            Ok(response) => response,
-            Err(err) => {
-                AdmissionResponse::from(request).deny(format!("cannot encode the patch: {err}"))
-            }
-        };
-    }
-    if !warnings.is_empty() {
-        response.warnings = Some(warnings);
-    }
-    let allowed = response.allowed;
-    let result = match (allowed, patched) {
-        (true, true) => "patched",
-        (true, false) => "allowed",
-        (false, _) => "error",
-    };
-    finish(response, allowed, result, served)
-}
-
-fn deny(
-    request: &AdmissionRequest<DynamicObject>,
-    code: u16,
-    reason: &str,
-    message: String,
-    served: &Served,
-) -> Answer {
-    let mut response = AdmissionResponse::from(request).deny(&message);
-    response.result.code = code;
-    response.result.reason = reason.to_string();
-    response.result.status = Some(StatusSummary::Failure);
-    finish(response, false, "error", served)
-}
-
-/// A failure that is not the policy's decision, answered the configured way.
-fn failure_answer(
-    request: &AdmissionRequest<DynamicObject>,
-    mode: FailureMode,
-    code: u16,
-    reason: &str,
-    message: &str,
-    served: &Served,
-) -> Answer {
-    match mode {
-        FailureMode::Deny => deny(request, code, reason, message.to_string(), served),
-        FailureMode::Allow => {
-            let mut answer = allow(
-                request,
-                None,
-                vec![format!("nicpolicy: not checked: {message}")],
-                served,
-            );
-            answer.result = "error";
-            answer
-        }
-    }
-}
-
-/// The denial of a review too large to read, answered to its `uid` (found in its first bytes):
-/// a denial, not an error, so the API server refuses the object whatever the webhook's
-/// failurePolicy.
-pub fn too_large_answer(uid: &str, message: &str, generation: u64) -> Answer {
-    let review = serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {
-            "uid": uid,
-            "allowed": false,
-            "status": {
-                "status": "Failure",
-                "code": 413,
-                "reason": "RequestEntityTooLarge",
-                "message": message,
-            },
-        },
-    });
-    Answer {
-        http_status: 200,
-        body: serde_json::to_vec(&review).unwrap_or_default(),
-        allowed: false,
-        result: "error",
-        generation,
-        message: message.to_string(),
-    }
-}
-
-/// HTTP 400 for a body that is no readable AdmissionReview (there is no uid to answer to).
-fn invalid(message: String, generation: u64) -> Answer {
-    let response = AdmissionResponse::invalid(&message);
-    Answer {
-        http_status: 400,
-        body: encode(response),
-        allowed: false,
-        result: "error",
-        generation,
-        message,
-    }
-}
-
-fn finish(
-    response: AdmissionResponse,
-    allowed: bool,
-    result: &'static str,
-    served: &Served,
-) -> Answer {
-    Answer {
-        http_status: 200,
-        body: encode(response),
-        allowed,
-        result,
-        generation: served.generation,
-        message: String::new(),
-    }
-}
-
-/// Serialises the response. kube-core writes `patch` as an array of numbers
-/// (kube-rs/kube#1781); the API server reads a `[]byte` as base64, so it is written as such.
-fn encode(mut response: AdmissionResponse) -> Vec<u8> {
-    let patch = response.patch.take();
-    let mut review = match serde_json::to_value(response.into_review()) {
-        Ok(value) => value,
-        Err(err) => serde_json::json!({ "error": err.to_string() }),
-    };
-    if let (Some(patch), Some(map)) = (
-        patch,
-        review.get_mut("response").and_then(Value::as_object_mut),
-    ) {
-        map.insert(
-            "patch".to_string(),
-            Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),
-        );
-        map.insert(
-            "patchType".to_string(),
-            Value::String("JSONPatch".to_string()),
-        );
-    }
-    serde_json::to_vec(&review).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nicpolicy_plugin::{AdapterType, IpAllocationMode, Nic};
-    use serde_json::json;
-
-    fn nic(index: u32, network: &str) -> Nic {
-        Nic {
-            index,
-            network: network.to_string(),
-            primary: index == 0,
-            ip_allocation_mode: IpAllocationMode::Pool,
-            ip_address: None,
-            adapter_type: AdapterType::Vmxnet3,
-            connected: true,
-        }
-    }
-
-    fn apply(object: &Value, operations: Vec<PatchOperation>) -> Value {
-        let mut patched = object.clone();
-        json_patch::patch(&mut patched, &operations).expect("the patch applies");
-        patched
-    }
-
-    #[test]
-    fn patch_writes_extras_and_plan_and_applies() {
-        let object =
-            json!({"metadata": {"name": "prod-eu1-md-0-x7k2p"}, "spec": {"template": "ubuntu"}});
-        let decision = Decision {
-            allowed: true,
-            nics: vec![nic(0, "mgmt-net"), nic(1, "storage-net")],
-            extra_ovdc_networks: Some(vec!["storage-net".into()]),
-            vapp_networks: vec!["mgmt-net".into(), "storage-net".into()],
-            ..Decision::default()
-        };
-        let plan = NicPlan {
-            policy: "nicpolicy-capvcd",
-            nics: &decision.nics,
-            vapp_networks: &decision.vapp_networks,
-        };
-        let operations = patch_operations(ObjectKind::VcdMachine, &object, &decision, Some(&plan));
-        let patched = apply(&object, operations);
-        assert_eq!(patched["spec"]["extraOvdcNetworks"], json!(["storage-net"]));
-        let annotation = patched["metadata"]["annotations"][NIC_PLAN_ANNOTATION]
-            .as_str()
-            .unwrap();
-        let plan: Value = serde_json::from_str(annotation).unwrap();
-        assert_eq!(plan["nics"][1]["network"], "storage-net");
-        // Applying the same decision to the patched object changes nothing.
-        let again = patch_operations(
-            ObjectKind::VcdMachine,
-            &patched,
-            &decision,
-            Some(&plan_of(&decision)),
-        );
-        assert!(again.is_empty(), "{again:?}");
-    }
-
-    fn plan_of(decision: &Decision) -> NicPlan<'_> {
-        NicPlan {
-            policy: "nicpolicy-capvcd",
-            nics: &decision.nics,
-            vapp_networks: &decision.vapp_networks,
-        }
-    }
-
-    #[test]
-    fn template_patch_goes_under_spec_template_spec() {
-        let object = json!({"metadata": {"name": "prod-eu1-md-0", "annotations": {"owner": "platform"}},
-                            "spec": {"template": {"spec": {"extraOvdcNetworks": ["workload-net"]}}}});
-        let decision = Decision {
-            allowed: true,
-            extra_ovdc_networks: Some(vec!["storage-net".into(), "workload-net".into()]),
-            ..Decision::default()
-        };
-        let patched = apply(
-            &object,
-            patch_operations(ObjectKind::VcdMachineTemplate, &object, &decision, None),
-        );
-        assert_eq!(
-            patched["spec"]["template"]["spec"]["extraOvdcNetworks"],
-            json!(["storage-net", "workload-net"])
-        );
-        assert_eq!(patched["metadata"]["annotations"]["owner"], "platform");
-    }
-
-    #[test]
-    fn no_patch_when_the_policy_changes_nothing() {
-        let object = json!({"metadata": {}, "spec": {}});
-        let decision = Decision {
-            allowed: true,
-            extra_ovdc_networks: Some(Vec::new()),
-            ..Decision::default()
-        };
-        assert!(patch_operations(ObjectKind::VcdMachine, &object, &decision, None).is_empty());
-    }
-
-    #[test]
-    fn patches_are_base64_in_the_response() {
-        let request: AdmissionRequest<DynamicObject> = serde_json::from_value::<AdmissionReview<DynamicObject>>(json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-                        "kind": {"group": CAPVCD_GROUP, "version": "v1beta3", "kind": "VCDMachine"},
-                        "resource": {"group": CAPVCD_GROUP, "version": "v1beta3", "resource": "vcdmachines"},
-                        "operation": "CREATE", "userInfo": {}, "name": "m", "namespace": "prod-eu1"}
-        }))
-        .unwrap()
-        .try_into()
-        .unwrap();
-        let patch = Patch(vec![PatchOperation::Add(AddOperation {
-            path: PointerBuf::from_tokens(["spec", "extraOvdcNetworks"]),
-            value: json!(["storage-net"]),
-        })]);
-        let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
-        let body: Value = serde_json::from_slice(&encode(response)).unwrap();
-        let text = body["response"]["patch"].as_str().expect("a string");
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .unwrap();
-        let operations: Value = serde_json::from_slice(&decoded).unwrap();
-        assert_eq!(operations[0]["path"], "/spec/extraOvdcNetworks");
-        assert_eq!(body["response"]["patchType"], "JSONPatch");
-        assert_eq!(
-            body["response"]["uid"],
-            "705ab4f5-6393-11e8-b7cc-42010a800002"
-        );
-    }
+/// Maps a machine object; errors start with `label`, such as `request.object`.
+fn read_machine(object: &Value, label: &str) -> Result<(ObjectKind, Machine), String> {
+    machine_from_object(object).map_err(|err| format!("{label}: {err}"))
 }

@@ -18,10 +18,13 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
 use super::clusters::ClusterSource;
-use super::config::{KindKey, ServeConfig};
+use nicpolicy_plugin::ObjectKind;
+
+use super::admission::{too_large_answer, Answer};
+use super::config::ServeConfig;
 use super::metrics::Metrics;
 use super::policies::{ServeLoadError, Served, ServedPolicies};
-use super::review::{too_large_answer, Answer, Endpoint, NativeEvaluator, Reviewer};
+use super::review::{Endpoint, NativeEvaluator, Reviewer};
 use crate::Host;
 
 /// Everything the routes share.
@@ -98,7 +101,7 @@ impl App {
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics));
-        for kind in KindKey::ALL {
+        for kind in ObjectKind::ALL {
             for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
                 router = router.route(
                     &endpoint.path(kind),
@@ -122,7 +125,7 @@ impl App {
     async fn handle(
         self: Arc<Self>,
         endpoint: Endpoint,
-        kind: KindKey,
+        kind: ObjectKind,
         request: Request,
     ) -> Response {
         let started = Instant::now();
@@ -317,7 +320,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn not_found(request: Request) -> Response {
-    let paths: Vec<String> = KindKey::ALL
+    let paths: Vec<String> = ObjectKind::ALL
         .into_iter()
         .flat_map(|k| [Endpoint::Mutate.path(k), Endpoint::Validate.path(k)])
         .collect();

@@ -5,12 +5,9 @@
 //! Duplicates, the primary repeated, too many NICs, malformed or unknown names, an unresolvable
 //! primary and NIC changes on provisioned machines are refused. The rules live in
 //! [`nicpolicy_plugin::capvcd`] so site policies can reuse them one by one.
+//!
+//! Natively, `evaluate_request` (defined by `export_policy!`) runs it as the host does.
 
-use nicpolicy_plugin::{capvcd, Decision, Request};
+use nicpolicy_plugin::capvcd;
 
-/// Evaluates one machine with the CAPVCD rules.
-pub fn evaluate(request: &Request) -> Decision {
-    capvcd::evaluate(request)
-}
-
-nicpolicy_plugin::export_policy!(evaluate, capvcd::validate_settings);
+nicpolicy_plugin::export_policy!(capvcd::evaluate_with, settings: capvcd::Settings);

@@ -31,25 +31,33 @@
 //! ```
 
 use nicpolicy_plugin::capvcd::{self, Primary};
-use nicpolicy_plugin::settings;
+use nicpolicy_plugin::settings::{self, PolicySettings};
 use nicpolicy_plugin::{Decision, Operation, Reason, Request, Role, Violation};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The policy's settings.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The policy's settings (every field optional, unknown fields refused).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// The CAPVCD rules' own settings (`capvcd:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub capvcd: capvcd::Settings,
     /// Rules for control-plane machines (`controlPlane:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub control_plane: RoleRules,
     /// Rules for every other machine (`worker:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub worker: RoleRules,
 }
 
 /// The network rules of one role.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(
+    rename_all = "camelCase",
+    deny_unknown_fields,
+    expecting = "a map with required, forbidden, allowed and defaults"
+)]
 pub struct RoleRules {
     /// Networks every machine of the role must have (as an extra network or as the primary).
     #[serde(default)]
@@ -66,34 +74,21 @@ pub struct RoleRules {
     pub defaults: Vec<String>,
 }
 
-/// The top level of the settings, before each part is checked.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawSettings {
-    #[serde(default)]
-    capvcd: Value,
-    #[serde(default)]
-    control_plane: Option<Value>,
-    #[serde(default)]
-    worker: Option<Value>,
+impl PolicySettings for Settings {
+    fn check(&self) -> Result<(), String> {
+        self.capvcd.check_nested("capvcd")?;
+        self.control_plane.check("controlPlane", &self.capvcd)?;
+        self.worker.check("worker", &self.capvcd)
+    }
 }
 
 impl Settings {
     /// Reads and checks settings; JSON `null` means the CAPVCD defaults and no role rules.
+    ///
+    /// # Errors
+    /// Why the settings cannot be used, starting with the field at fault.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        let Some(raw) =
-            settings::read_object::<RawSettings>(value, "capvcd, controlPlane and worker")?
-        else {
-            return Ok(Settings::default());
-        };
-        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
-        let control_plane = RoleRules::parse(raw.control_plane, "controlPlane", &capvcd)?;
-        let worker = RoleRules::parse(raw.worker, "worker", &capvcd)?;
-        Ok(Settings {
-            capvcd,
-            control_plane,
-            worker,
-        })
+        settings::parse(value)
     }
 
     /// The rules of `role`.
@@ -106,21 +101,6 @@ impl Settings {
 }
 
 impl RoleRules {
-    fn parse(value: Option<Value>, key: &str, capvcd: &capvcd::Settings) -> Result<Self, String> {
-        let rules = match value {
-            None | Some(Value::Null) => return Ok(RoleRules::default()),
-            Some(value) if !value.is_object() => {
-                return Err(format!(
-                    "{key}: must be a map with required, forbidden, allowed and defaults, not {}",
-                    settings::describe(&value)
-                ))
-            }
-            Some(value) => RoleRules::deserialize(value).map_err(|err| format!("{key}: {err}"))?,
-        };
-        rules.check(key, capvcd)?;
-        Ok(rules)
-    }
-
     /// The lists by settings name.
     fn lists(&self) -> [(&'static str, &[String]); 4] {
         [
@@ -203,19 +183,6 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// Checks settings for the `nicpolicy_validate_settings` export.
-pub fn validate_settings(settings: &Value) -> Result<(), String> {
-    Settings::parse(settings).map(|_| ())
-}
-
-/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
-pub fn evaluate(request: &Request) -> Decision {
-    match Settings::parse(&request.settings) {
-        Ok(settings) => evaluate_with(request, &settings),
-        Err(message) => capvcd::settings_denial(message),
-    }
-}
-
 /// Whether a machine of `rules`' role that lists no extra networks gets the defaults.
 fn takes_defaults(request: &Request, rules: &RoleRules) -> bool {
     if rules.defaults.is_empty() || !request.machine.extra_ovdc_networks.is_empty() {
@@ -255,8 +222,7 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
     decision.violations.extend(check_role(request, rules));
     decision.warnings.extend(warnings);
-    decision.allowed = decision.violations.is_empty();
-    decision
+    decision.finish()
 }
 
 /// The role's required, forbidden and allowed networks, against the machine's extra networks
@@ -328,7 +294,7 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
     violations
 }
 
-nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
 #[cfg(test)]
 mod tests {
@@ -369,7 +335,7 @@ mod tests {
 
     #[test]
     fn worker_without_extras_gets_defaults() {
-        let d = evaluate(&request(Role::Worker, &[]));
+        let d = evaluate_request(&request(Role::Worker, &[]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             d.extra_ovdc_networks.as_deref(),
@@ -383,7 +349,7 @@ mod tests {
 
     #[test]
     fn worker_with_extras_keeps_them() {
-        let d = evaluate(&request(Role::Worker, &["backup-net"]));
+        let d = evaluate_request(&request(Role::Worker, &["backup-net"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             d.extra_ovdc_networks.as_deref(),
@@ -398,7 +364,7 @@ mod tests {
         r.operation = Operation::Update;
         r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
         r.old_machine = Some(r.machine.clone());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics.len(), 1);
 
@@ -406,17 +372,17 @@ mod tests {
         let mut old = r.machine.clone();
         old.extra_ovdc_networks = vec!["storage-net".into(), "workload-net".into()];
         r.old_machine = Some(old);
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics.len(), 3);
     }
 
     #[test]
     fn control_plane_rules() {
-        let d = evaluate(&request(Role::ControlPlane, &["storage-net"]));
+        let d = evaluate_request(&request(Role::ControlPlane, &["storage-net"]));
         assert!(d.allowed, "{d:?}");
 
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             Role::ControlPlane,
             &["ext-dmz-net", "workload-net", "mgmt-net"],
         ));
@@ -435,12 +401,12 @@ mod tests {
     fn required_network_missing() {
         let mut r = request(Role::ControlPlane, &["storage-net"]);
         r.cluster.ovdc_network = "mgmt-net-prod".into();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Required)]);
         assert!(d.violations[0].message.contains("\"mgmt-net\""));
 
         r.kind = ObjectKind::VcdMachineTemplate;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.template.spec.extraOvdcNetworks", Reason::Required)]
@@ -448,7 +414,7 @@ mod tests {
 
         // Unknown primary: no Required, only CAPVCD's violation.
         r.cluster.ovdc_network.clear();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("cluster.spec.ovdcNetwork", Reason::Required)]);
     }
 
@@ -456,7 +422,7 @@ mod tests {
     fn null_settings_are_plain_capvcd() {
         let mut r = request(Role::Worker, &["ext-dmz-net"]);
         r.settings = Value::Null;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(d, capvcd::evaluate(&r));
     }
 
@@ -491,7 +457,9 @@ mod tests {
         );
         assert!(err(json!({"capvcd": {"maxNics": 11}})).starts_with("capvcd: maxNics"));
         assert!(err(json!(["worker"])).contains("not a list"));
-        assert!(err(json!({"worker": "storage-net"})).contains("worker: must be a map"));
+        assert!(Settings::parse(&json!({"capvcd": null, "worker": null})).is_ok());
+        assert!(err(json!({"worker": "storage-net"}))
+            .contains("worker: invalid type: string \"storage-net\", expected a map"));
         assert!(Settings::parse(&settings()).is_ok());
         assert!(Settings::parse(&json!({})).is_ok());
         // Required networks are allowed without being listed in `allowed`.

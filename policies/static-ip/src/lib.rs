@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::schema::IpRange;
-use nicpolicy_plugin::settings;
+use nicpolicy_plugin::settings::{self, PolicySettings};
 use nicpolicy_plugin::{
     Decision, IpAllocationMode, Machine, Network, ObjectKind, Operation, Reason, Request, Violation,
 };
@@ -40,65 +40,55 @@ use serde_json::Value;
 /// Annotation keys that ask for a MANUAL address: this prefix, then the network name.
 pub const ANNOTATION_PREFIX: &str = "nicpolicy.io/ip.";
 
-/// The policy's settings.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The policy's settings (every field optional, unknown fields refused).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// The CAPVCD rules' own settings (`capvcd:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub capvcd: capvcd::Settings,
     /// When given, the only networks MANUAL addresses may be requested on (`manualNetworks:`).
+    #[serde(default)]
     pub manual_networks: Option<Vec<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawSettings {
-    #[serde(default)]
-    capvcd: Value,
-    #[serde(default)]
-    manual_networks: Option<Vec<String>>,
+impl PolicySettings for Settings {
+    fn check(&self) -> Result<(), String> {
+        self.capvcd.check_nested("capvcd")?;
+        let names = self.manual_networks.as_deref().unwrap_or_default();
+        for (i, name) in names.iter().enumerate() {
+            capvcd::check_name(name)
+                .map_err(|why| format!("manualNetworks[{i}]: network name {name:?} {why}"))?;
+            if let Some(first) = names[..i].iter().position(|n| n == name) {
+                return Err(format!(
+                    "manualNetworks[{i}]: network {name:?} is already listed at \
+                     manualNetworks[{first}]"
+                ));
+            }
+            if annotation_key(name).len() > ANNOTATION_PREFIX.len() + MAX_KEY_NAME_LEN {
+                return Err(format!(
+                    "manualNetworks[{i}]: network name {name:?} is too long for an \
+                     annotation key (ip.<network> holds at most {MAX_KEY_NAME_LEN} \
+                     characters)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Settings {
     /// Reads and checks settings; JSON `null` means the CAPVCD defaults and any network.
+    ///
+    /// # Errors
+    /// Why the settings cannot be used, starting with the field at fault.
     pub fn parse(value: &Value) -> Result<Settings, String> {
-        let Some(raw) = settings::read_object::<RawSettings>(value, "capvcd and manualNetworks")?
-        else {
-            return Ok(Settings::default());
-        };
-        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
-        if let Some(names) = &raw.manual_networks {
-            for (i, name) in names.iter().enumerate() {
-                capvcd::check_name(name)
-                    .map_err(|why| format!("manualNetworks[{i}]: network name {name:?} {why}"))?;
-                if let Some(first) = names[..i].iter().position(|n| n == name) {
-                    return Err(format!(
-                        "manualNetworks[{i}]: network {name:?} is already listed at \
-                         manualNetworks[{first}]"
-                    ));
-                }
-                if annotation_key(name).len() > ANNOTATION_PREFIX.len() + MAX_KEY_NAME_LEN {
-                    return Err(format!(
-                        "manualNetworks[{i}]: network name {name:?} is too long for an \
-                         annotation key (ip.<network> holds at most {MAX_KEY_NAME_LEN} \
-                         characters)"
-                    ));
-                }
-            }
-        }
-        Ok(Settings {
-            capvcd,
-            manual_networks: raw.manual_networks,
-        })
+        settings::parse(value)
     }
 }
 
 /// Kubernetes limits the name part of an annotation key to 63 characters, `ip.` included.
 const MAX_KEY_NAME_LEN: usize = 63 - "ip.".len();
-
-/// Checks settings for the `nicpolicy_validate_settings` export.
-pub fn validate_settings(settings: &Value) -> Result<(), String> {
-    Settings::parse(settings).map(|_| ())
-}
 
 /// The annotation key that asks for an address on `network`.
 pub fn annotation_key(network: &str) -> String {
@@ -291,14 +281,6 @@ pub fn check_address(
         ));
     }
     Ok(address)
-}
-
-/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
-pub fn evaluate(request: &Request) -> Decision {
-    match Settings::parse(&request.settings) {
-        Ok(settings) => evaluate_with(request, &settings),
-        Err(message) => capvcd::settings_denial(message),
-    }
 }
 
 /// What [`check_annotations`] found.
@@ -518,7 +500,7 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     decision
 }
 
-nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
 #[cfg(test)]
 mod tests {
@@ -594,7 +576,7 @@ mod tests {
 
     #[test]
     fn manual_address_planned() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &["storage-net"],
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         ));
@@ -606,7 +588,7 @@ mod tests {
 
     #[test]
     fn primary_and_full_ipv6_with_prefix() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &["storage-v6-net"],
             &[
                 ("nicpolicy.io/ip.mgmt-net", "10.10.0.50/24"),
@@ -670,7 +652,7 @@ mod tests {
 
     #[test]
     fn network_must_be_a_nic_with_inventory() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &[],
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         ));
@@ -683,7 +665,7 @@ mod tests {
             &["backup-net"],
             &[("nicpolicy.io/ip.backup-net", "10.40.0.55")],
         );
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         // CAPVCD's NotFound for the extra, and ours for the annotation.
         assert_eq!(d.violations.len(), 2, "{d:?}");
         assert_eq!(
@@ -692,7 +674,7 @@ mod tests {
         );
 
         r.inventory = None;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::NotFound);
         assert!(message.contains("no inventory"));
@@ -705,7 +687,7 @@ mod tests {
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         );
         r.kind = ObjectKind::VcdMachineTemplate;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::Forbidden);
         assert!(message.contains("POOL"));
@@ -722,20 +704,20 @@ mod tests {
         r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
         r.old_machine = Some(r.machine.clone());
         // Its own address is in usedIpAddresses: no Duplicate.
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics[1].ip_address.as_deref(), Some("10.20.0.21"));
 
         r.machine
             .annotations
             .insert("nicpolicy.io/ip.storage-net".into(), "10.20.0.56".into());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::Forbidden);
         assert!(message.contains("changes from 10.20.0.21 to 10.20.0.56"));
 
         r.settings = json!({"capvcd": {"allowNicChangesOnProvisioned": true}});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.warnings.len(), 1);
         assert_eq!(d.nics[1].ip_address.as_deref(), Some("10.20.0.56"));
@@ -751,7 +733,7 @@ mod tests {
             ],
         );
         r.settings = json!({"manualNetworks": ["storage-net"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (field, reason, _) = one_violation(&d);
         assert_eq!(field, "metadata.annotations[nicpolicy.io/ip.mgmt-net]");
         assert_eq!(reason, Reason::Forbidden);
@@ -762,14 +744,14 @@ mod tests {
     fn manual_overrides_none_primary_mode() {
         let mut r = request(&[], &[("nicpolicy.io/ip.mgmt-net", "10.10.0.50")]);
         r.settings = json!({"capvcd": {"networks": {"mgmt-net": {"ipAllocationMode": "NONE"}}}});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics[0].ip_allocation_mode, IpAllocationMode::Manual);
     }
 
     #[test]
     fn misspelt_annotation_warns() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &[],
             &[("nicpolicy.io/ip-storage-net", "10.20.0.55")],
         ));

@@ -21,7 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use nicpolicy_plugin::{capvcd, settings};
+use nicpolicy_plugin::capvcd;
+use nicpolicy_plugin::settings::{self, PolicySettings};
 use nicpolicy_plugin::{Decision, Machine, Reason, Request, Violation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -29,116 +30,123 @@ use serde_json::Value;
 /// Logical name -> org VDC network name.
 pub type NetworkMap = BTreeMap<String, String>;
 
-/// The policy's settings.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The policy's settings (unknown fields refused; at least one mapping).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// The CAPVCD rules' own settings (`capvcd:`).
+    #[serde(default, deserialize_with = "settings::null_as_default")]
     pub capvcd: capvcd::Settings,
     /// Mapping per zone, keyed by zone name as machines give it in `spec.failureDomain`.
+    #[serde(default, deserialize_with = "zone_maps")]
     pub zones: BTreeMap<String, NetworkMap>,
     /// Mapping for single-zone clusters and for machines without a failure domain.
+    #[serde(default, deserialize_with = "default_map")]
     pub default: Option<NetworkMap>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawSettings {
-    #[serde(default)]
-    capvcd: Value,
-    #[serde(default)]
-    zones: Option<Value>,
-    #[serde(default)]
-    default: Option<Value>,
+/// An org VDC network name in a mapping; anything but a string is refused in those words.
+struct NetworkName(String);
+
+impl<'de> Deserialize<'de> for NetworkName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(name) => Ok(NetworkName(name)),
+            other => Err(serde::de::Error::custom(format!(
+                "must be an org VDC network name, not {}",
+                settings::describe(&other)
+            ))),
+        }
+    }
 }
 
-/// Reads one `logical: network` map at `at`.
-fn parse_map(value: &Value, at: &str) -> Result<NetworkMap, String> {
-    let Value::Object(entries) = value else {
-        return Err(format!(
-            "{at}: must be a map of logical name to org VDC network name, not {}",
-            settings::describe(value)
-        ));
-    };
-    if entries.is_empty() {
+type RawMap = BTreeMap<String, NetworkName>;
+
+fn network_map(raw: RawMap) -> NetworkMap {
+    raw.into_iter()
+        .map(|(logical, name)| (logical, name.0))
+        .collect()
+}
+
+/// `zones:`, its network names read as [`NetworkName`]s (`null` maps no zone).
+fn zone_maps<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, NetworkMap>, D::Error> {
+    let zones: Option<BTreeMap<String, RawMap>> = Deserialize::deserialize(deserializer)?;
+    Ok(zones
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(zone, map)| (zone, network_map(map)))
+        .collect())
+}
+
+/// `default:`, its network names read as [`NetworkName`]s.
+fn default_map<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<NetworkMap>, D::Error> {
+    let map: Option<RawMap> = Deserialize::deserialize(deserializer)?;
+    Ok(map.map(network_map))
+}
+
+/// Checks one `logical: network` map at `at`.
+fn check_map(map: &NetworkMap, at: &str) -> Result<(), String> {
+    if map.is_empty() {
         return Err(format!(
             "{at}: maps no logical names; map at least one (storage: storage-net) or remove it"
         ));
     }
-    let mut map = NetworkMap::new();
-    for (logical, network) in entries {
+    for (logical, network) in map {
         capvcd::check_name(logical)
             .map_err(|why| format!("{at}: logical name {logical:?} {why}"))?;
-        let Value::String(network) = network else {
-            return Err(format!(
-                "{at}.{logical}: must be an org VDC network name, not {}",
-                settings::describe(network)
-            ));
-        };
         capvcd::check_name(network)
             .map_err(|why| format!("{at}.{logical}: network name {network:?} {why}"))?;
-        if let Some((other, _)) = map.iter().find(|(_, n)| *n == network) {
-            let (first, second) = if other < logical {
-                (other, logical)
-            } else {
-                (logical, other)
-            };
+    }
+    // Keys come in order, so the first of two logical names mapped to one network is the
+    // smaller one.
+    for (i, (logical, network)) in map.iter().enumerate() {
+        if let Some((other, _)) = map.iter().skip(i + 1).find(|(_, n)| *n == network) {
             return Err(format!(
-                "{at}: {first} and {second} both map to {network:?}; a machine listing both \
+                "{at}: {logical} and {other} both map to {network:?}; a machine listing both \
                  would attach the network twice"
             ));
         }
-        map.insert(logical.clone(), network.clone());
     }
-    Ok(map)
+    Ok(())
 }
 
-impl Settings {
-    /// Reads and checks settings; JSON `null` maps nothing (the CAPVCD rules alone).
-    pub fn parse(value: &Value) -> Result<Settings, String> {
-        let Some(raw) = settings::read_object::<RawSettings>(value, "zones, default and capvcd")?
-        else {
-            return Ok(Settings::default());
-        };
-        let capvcd = capvcd::Settings::parse_nested(&raw.capvcd)?;
-        let mut zones = BTreeMap::new();
-        match &raw.zones {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(entries)) => {
-                for (zone, map) in entries {
-                    if zone.is_empty() || zone.trim() != zone {
-                        return Err(format!(
-                            "zones: zone name {zone:?} is empty or has white space at either \
-                             end; use the zone names of the VCDCluster"
-                        ));
-                    }
-                    zones.insert(zone.clone(), parse_map(map, &format!("zones.{zone}"))?);
-                }
-            }
-            Some(other) => {
+impl PolicySettings for Settings {
+    fn check(&self) -> Result<(), String> {
+        self.capvcd.check_nested("capvcd")?;
+        for (zone, map) in &self.zones {
+            if zone.is_empty() || zone.trim() != zone {
                 return Err(format!(
-                    "zones: must be a map of zone name to network mapping, not {}",
-                    settings::describe(other)
-                ))
+                    "zones: zone name {zone:?} is empty or has white space at either end; use \
+                     the zone names of the VCDCluster"
+                ));
             }
+            check_map(map, &format!("zones.{zone}"))?;
         }
-        let default = match &raw.default {
-            None | Some(Value::Null) => None,
-            Some(map) => Some(parse_map(map, "default")?),
-        };
-        if zones.is_empty() && default.is_none() {
+        if let Some(map) = &self.default {
+            check_map(map, "default")?;
+        }
+        if self.zones.is_empty() && self.default.is_none() {
             return Err(
                 "settings map no networks: give zones (logical name to network, per zone), a \
                  default mapping, or both"
                     .to_string(),
             );
         }
-        let settings = Settings {
-            capvcd,
-            zones,
-            default,
-        };
-        settings.check_names_unambiguous()?;
-        Ok(settings)
+        self.check_names_unambiguous()
+    }
+}
+
+impl Settings {
+    /// Reads and checks settings; JSON `null` maps nothing (the CAPVCD rules alone).
+    ///
+    /// # Errors
+    /// Why the settings cannot be used, starting with the field at fault.
+    pub fn parse(value: &Value) -> Result<Settings, String> {
+        settings::parse(value)
     }
 
     /// Every mapping with the settings path it sits at.
@@ -175,11 +183,6 @@ impl Settings {
     pub fn is_logical(&self, name: &str) -> bool {
         self.maps().any(|(_, map)| map.contains_key(name))
     }
-}
-
-/// Checks settings for the `nicpolicy_validate_settings` export.
-pub fn validate_settings(settings: &Value) -> Result<(), String> {
-    Settings::parse(settings).map(|_| ())
 }
 
 /// The mapping that applies to one machine.
@@ -401,39 +404,8 @@ fn mapped_list(request: &Request, machine: &Machine, settings: &Settings) -> Vec
     }
 }
 
-/// Rewrites `<prefix>[j]` to `<prefix>[index[j]]` throughout `text`.
-fn remap_indexes(text: &str, prefix: &str, index: &[usize]) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(prefix) {
-        let (before, after) = rest.split_at(at + prefix.len());
-        out.push_str(before);
-        rest = after;
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits > 0 && rest[digits..].starts_with(']') {
-            if let Some(&original) = rest[..digits]
-                .parse::<usize>()
-                .ok()
-                .and_then(|j| index.get(j))
-            {
-                out.push_str(&original.to_string());
-                rest = &rest[digits..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Evaluates one machine: reads the settings from the request, then [`evaluate_with`].
-pub fn evaluate(request: &Request) -> Decision {
-    match Settings::parse(&request.settings) {
-        Ok(settings) => evaluate_with(request, &settings),
-        Err(message) => capvcd::settings_denial(message),
-    }
-}
-
-/// Maps the extra networks, then runs the CAPVCD rules on the mapped list.
+/// Maps the extra networks, then runs the CAPVCD rules on the mapped list; their violations
+/// name each entry where the machine lists it.
 pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     let spec = request.kind.spec_path();
     let (kept, mut violations) = map_extras(request, &request.machine, settings);
@@ -443,24 +415,23 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     if let Some(old) = mapped.old_machine.as_mut() {
         old.extra_ovdc_networks = mapped_list(request, old, settings);
     }
-    let mut decision = capvcd::evaluate_with(&mapped, &settings.capvcd);
+    let positions: Vec<usize> = kept.iter().map(|m| m.index).collect();
+    let fields = capvcd::ExtraFields::with_positions(&mapped, &positions);
+    let mut decision = capvcd::evaluate_fields(&mapped, &settings.capvcd, &fields);
 
     let prefix = format!("{spec}.extraOvdcNetworks[");
-    let index: Vec<usize> = kept.iter().map(|m| m.index).collect();
     for violation in &mut decision.violations {
-        let at_mapped = violation
+        let listed = violation
             .field
             .strip_prefix(&prefix)
             .and_then(|rest| rest.strip_suffix(']'))
-            .and_then(|j| j.parse::<usize>().ok())
-            .and_then(|j| kept.get(j));
-        violation.field = remap_indexes(&violation.field, &prefix, &index);
-        violation.message = remap_indexes(&violation.message, &prefix, &index);
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| kept.iter().find(|m| m.index == i));
         if let Some(Mapped {
             logical: Some(logical),
             network,
             ..
-        }) = at_mapped
+        }) = listed
         {
             violation.message.push_str(&format!(
                 " (listed as logical network {logical:?}, mapped to {network:?})"
@@ -469,16 +440,15 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     }
     violations.append(&mut decision.violations);
     decision.violations = violations;
-    decision.allowed = decision.violations.is_empty();
     if request.cluster_unknown && kept.len() != request.machine.extra_ovdc_networks.len() {
         // Logical names wait for the cluster's zones: leave the machine's list as it is rather
         // than write it back without them.
         decision.extra_ovdc_networks = None;
     }
-    decision
+    decision.finish()
 }
 
-nicpolicy_plugin::export_policy!(evaluate, validate_settings);
+nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
 #[cfg(test)]
 mod tests {
@@ -519,7 +489,7 @@ mod tests {
 
     #[test]
     fn maps_logical_names_of_the_zone() {
-        let d = evaluate(&request(Some("zone-b"), &["storage", "workload"]));
+        let d = evaluate_request(&request(Some("zone-b"), &["storage", "workload"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             networks(&d),
@@ -533,14 +503,14 @@ mod tests {
 
     #[test]
     fn real_names_pass_through() {
-        let d = evaluate(&request(Some("zone-a"), &["storage-net-a", "backup"]));
+        let d = evaluate_request(&request(Some("zone-a"), &["storage-net-a", "backup"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(networks(&d), ["mgmt-net-a", "storage-net-a", "backup-net"]);
     }
 
     #[test]
     fn unmapped_names_are_not_found_and_capvcd_paths_keep_original_indexes() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             Some("zone-b"),
             &["backup", "storage-net-a", "storage", "storage-net-b"],
         ));
@@ -579,7 +549,7 @@ mod tests {
                 })
                 .collect(),
         });
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
@@ -591,29 +561,29 @@ mod tests {
 
     #[test]
     fn without_failure_domain_default_or_required() {
-        let d = evaluate(&request(None, &["storage"]));
+        let d = evaluate_request(&request(None, &["storage"]));
         assert_eq!(d.extra_ovdc_networks, Some(vec!["storage-net".into()]));
 
         let mut r = request(None, &["storage", "ext-dmz-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.failureDomain", Reason::Required)]);
         // Nothing logical listed: nothing to map, no violation.
         let mut r = request(None, &["ext-dmz-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        assert!(evaluate(&r).allowed);
+        assert!(evaluate_request(&r).allowed);
     }
 
     #[test]
     fn zone_without_mapping() {
-        let d = evaluate(&request(Some("zone-c"), &["storage"]));
+        let d = evaluate_request(&request(Some("zone-c"), &["storage"]));
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
         );
         assert!(d.violations[0].message.contains("zone \"zone-c\" has no"));
         // Not a zone of the cluster: CAPVCD's violation only.
-        let d = evaluate(&request(Some("zone-x"), &["storage"]));
+        let d = evaluate_request(&request(Some("zone-x"), &["storage"]));
         assert_eq!(fields(&d), [("spec.failureDomain", Reason::NotFound)]);
     }
 
@@ -622,11 +592,11 @@ mod tests {
         let mut r = request(None, &["workload"]);
         r.cluster.zones.clear();
         r.cluster.ovdc_network = "mgmt-net".into();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(networks(&d), ["mgmt-net", "workload-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
@@ -641,30 +611,17 @@ mod tests {
         let mut old = r.machine.clone();
         old.extra_ovdc_networks = vec!["storage-net-a".into()];
         r.old_machine = Some(old);
-        assert!(evaluate(&r).allowed);
+        assert!(evaluate_request(&r).allowed);
         r.machine.extra_ovdc_networks.push("workload".into());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Forbidden)]);
-    }
-
-    #[test]
-    fn remaps_only_whole_indexes() {
-        let text = "spec.extraOvdcNetworks[1] is already listed at spec.extraOvdcNetworks[0]";
-        assert_eq!(
-            remap_indexes(text, "spec.extraOvdcNetworks[", &[2, 5]),
-            "spec.extraOvdcNetworks[5] is already listed at spec.extraOvdcNetworks[2]"
-        );
-        assert_eq!(
-            remap_indexes("spec.extraOvdcNetworks[x]", "spec.extraOvdcNetworks[", &[3]),
-            "spec.extraOvdcNetworks[x]"
-        );
     }
 
     #[test]
     fn null_settings_are_plain_capvcd() {
         let mut r = request(Some("zone-a"), &["storage-net"]);
         r.settings = Value::Null;
-        assert_eq!(evaluate(&r), capvcd::evaluate(&r));
+        assert_eq!(evaluate_request(&r), capvcd::evaluate(&r));
     }
 
     #[test]
@@ -688,8 +645,9 @@ mod tests {
                            "default": {"storage": "storage-net"}})
         )
         .contains("\"storage-net\" is a logical name"));
-        assert!(err(json!({"zones": ["zone-a"]})).contains("zones: must be a map"));
-        assert!(err(json!({"default": "storage-net"})).contains("default: must be a map"));
+        assert!(err(json!({"zones": ["zone-a"]}))
+            .contains("zones: invalid type: sequence, expected a map"));
+        assert!(err(json!({"default": "storage-net"})).contains("default: invalid type: string"));
         assert!(
             err(json!({"default": {"storage": "storage-net"}, "capvcd": {"maxNics": 0}}))
                 .starts_with("capvcd: maxNics")

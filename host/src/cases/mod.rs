@@ -2,7 +2,11 @@
 //!
 //! The format is documented in `docs/testing.md`. A case names its manifests by path (relative
 //! to the case file) or inlines them, and states what the decision must contain; fields it
-//! leaves out are not checked.
+//! leaves out are not checked. [`suite`] runs case files against a chain, [`junit`] writes the
+//! report CI systems read.
+
+pub mod junit;
+pub mod suite;
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +17,8 @@ use serde_json::{Map, Value};
 use crate::error::{EvalError, LoadError};
 use crate::manifest::{build_request, ManifestError, ManifestFile};
 use crate::policy::{Evaluation, Policy};
+
+pub use suite::{run, CaseReport, Report};
 
 /// Why a case file could not be read.
 #[derive(Debug, thiserror::Error)]

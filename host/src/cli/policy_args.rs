@@ -1,0 +1,268 @@
+//! The policy options shared by `eval` and `test`: `--policy` (repeatable, to chain), and the
+//! `--settings` and `--sha256` that belong to the `--policy` before them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ArgMatches;
+use nicpolicy::{Host, HostConfig, Limits, PolicyChain, PolicySource, PolicySpec, SettingsSource};
+
+use super::{runtime, usage, Failure};
+
+#[derive(clap::Args)]
+pub struct PolicyArgs {
+    /// A policy: a module file, or builtin:NAME for a policy built into nicpolicy
+    /// (builtin:capvcd). Repeat to chain policies: each is evaluated in order and sees the
+    /// extraOvdcNetworks the one before it wrote back; the machine is allowed only if every
+    /// policy allows it, violations are listed together (messages prefixed with [policy name]),
+    /// and the NIC plan is the last policy's. The built-in CAPVCD policy when omitted.
+    #[arg(
+        long = "policy",
+        value_name = "FILE.wasm|builtin:NAME",
+        value_parser = parse_policy_source
+    )]
+    policies: Vec<PolicySource>,
+    /// Refuse a policy unless its sha256 is this; applies to the --policy before it, like
+    /// --settings.
+    #[arg(long = "sha256", value_name = "HEX")]
+    sha256: Vec<String>,
+    /// Time limit for one evaluation, like 250ms or 2s.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = nicpolicy::limits::parse_duration)]
+    timeout: Duration,
+    /// Memory cap for the policy, like 64Mi.
+    #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = nicpolicy::limits::parse_size)]
+    memory: usize,
+    /// Compile the module without reading or writing the compiled-module cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+/// `builtin:NAME` names an embedded policy; anything else is a file.
+fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
+    PolicySource::parse(text).map_err(|err| err.to_string())
+}
+
+/// Where `--policy`, `--settings` and `--sha256` appear on the command line: an option that
+/// belongs to one policy applies to the `--policy` before it.
+pub struct Positions {
+    policies: Vec<usize>,
+    settings: Vec<usize>,
+    sha256: Vec<usize>,
+}
+
+impl Positions {
+    /// The positions in a subcommand's matches (none when it has no policy options).
+    pub fn of(matches: Option<&ArgMatches>) -> Positions {
+        let indices = |id: &str| -> Vec<usize> {
+            matches
+                // `indices_of` insists on an argument the subcommand defines.
+                .filter(|m| m.try_contains_id(id).unwrap_or(false))
+                .and_then(|m| m.indices_of(id))
+                .map(Iterator::collect)
+                .unwrap_or_default()
+        };
+        Positions {
+            policies: indices("policies"),
+            settings: indices("settings"),
+            sha256: indices("sha256"),
+        }
+    }
+
+    /// Which policy (0-based) an option at command-line position `at` belongs to: the last
+    /// `--policy` before it, or the first policy when it comes before every `--policy`.
+    fn owner(&self, at: usize) -> usize {
+        self.policies.iter().rposition(|&p| p < at).unwrap_or(0)
+    }
+}
+
+/// The chain the command line describes: every `--policy` in order (the built-in CAPVCD policy
+/// when there is none), each with its own `--settings` and `--sha256`, and the limits every
+/// policy gets.
+pub fn policy_specs(
+    args: &PolicyArgs,
+    settings: &[PathBuf],
+    positions: &Positions,
+) -> Result<Vec<PolicySpec>, Failure> {
+    let sources = if args.policies.is_empty() {
+        vec![PolicySource::Builtin(&nicpolicy::builtin::CAPVCD)]
+    } else {
+        args.policies.clone()
+    };
+    let limits = Limits::default()
+        .with_timeout(args.timeout)
+        .with_memory_bytes(args.memory);
+    let mut specs: Vec<PolicySpec> = sources
+        .into_iter()
+        .map(|source| PolicySpec::new(source).with_limits(limits))
+        .collect();
+    // Never out of range: positions come from the same command line as the policies.
+    let last = specs.len() - 1;
+    for (path, &at) in settings.iter().zip(&positions.settings) {
+        let spec = &mut specs[positions.owner(at).min(last)];
+        if spec.settings != SettingsSource::default() {
+            return Err(usage(anyhow::anyhow!(
+                "two --settings for {}: give each policy one, after its --policy",
+                spec.source.label()
+            )));
+        }
+        spec.settings = SettingsSource::File(path.clone());
+    }
+    for (digest, &at) in args.sha256.iter().zip(&positions.sha256) {
+        let spec = &mut specs[positions.owner(at).min(last)];
+        if spec.sha256.is_some() {
+            return Err(usage(anyhow::anyhow!(
+                "two --sha256 for {}: give each policy one, after its --policy",
+                spec.source.label()
+            )));
+        }
+        spec.sha256 = Some(digest.clone());
+    }
+    Ok(specs)
+}
+
+/// Loads the chain `specs` describe on a host sized for the command line.
+pub fn load_chain(
+    args: &PolicyArgs,
+    specs: &[PolicySpec],
+    verbose: bool,
+) -> Result<PolicyChain, Failure> {
+    let mut config = HostConfig::default();
+    if args.no_cache {
+        config.cache_dir = None;
+    }
+    config.max_memory_bytes = config.max_memory_bytes.max(args.memory);
+    // The CLI evaluates one machine: a small pool is enough.
+    config.max_instances = 4;
+    let host = Host::new(config).map_err(runtime)?;
+    let chain = host.load_chain(specs).map_err(usage)?;
+    for policy in chain.policies() {
+        if let nicpolicy::cache::CacheStatus::Untrusted(why) = policy.cache_status() {
+            eprintln!("warning: compiled-module cache not used: {why}");
+        }
+    }
+    if verbose {
+        for policy in chain.policies() {
+            eprintln!(
+                "loaded {} (sha256 {}) in {:.2} ms, cache: {:?}",
+                policy.name(),
+                policy.info().sha256,
+                policy.load_time().as_secs_f64() * 1e3,
+                policy.cache_status()
+            );
+        }
+    }
+    Ok(chain)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    use super::*;
+
+    /// `--settings` and the policy options, as `eval` and `test` take them.
+    #[derive(Parser)]
+    struct Line {
+        #[arg(long = "settings")]
+        settings: Vec<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    }
+
+    /// The specs for a command line, or the usage error's text.
+    fn specs(args: &[&str]) -> Result<Vec<PolicySpec>, String> {
+        let matches = Line::command()
+            .try_get_matches_from(std::iter::once("eval").chain(args.iter().copied()))
+            .map_err(|err| err.to_string())?;
+        let line = Line::from_arg_matches(&matches).map_err(|err| err.to_string())?;
+        policy_specs(&line.policy, &line.settings, &Positions::of(Some(&matches)))
+            .map_err(|failure| failure.error.to_string())
+    }
+
+    fn file(path: &str) -> SettingsSource {
+        SettingsSource::File(PathBuf::from(path))
+    }
+
+    #[test]
+    fn an_option_belongs_to_the_policy_before_it() {
+        let positions = Positions {
+            policies: vec![2, 6],
+            settings: vec![1, 4, 8],
+            sha256: vec![],
+        };
+        // Before every --policy: the first policy.
+        assert_eq!(positions.owner(1), 0);
+        assert_eq!(positions.owner(4), 0);
+        assert_eq!(positions.owner(8), 1);
+    }
+
+    #[test]
+    fn settings_and_digests_follow_their_policy() {
+        let specs = specs(&[
+            "--policy",
+            "nic-limit.wasm",
+            "--settings",
+            "nic-limit.yaml",
+            "--policy",
+            "builtin:capvcd",
+            "--sha256",
+            "0d5a",
+            "--settings",
+            "capvcd.yaml",
+        ])
+        .expect("valid");
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].source, PolicySource::File("nic-limit.wasm".into()));
+        assert_eq!(specs[0].settings, file("nic-limit.yaml"));
+        assert_eq!(specs[0].sha256, None);
+        assert_eq!(specs[1].source.label(), "builtin:capvcd");
+        assert_eq!(specs[1].settings, file("capvcd.yaml"));
+        assert_eq!(specs[1].sha256.as_deref(), Some("0d5a"));
+    }
+
+    #[test]
+    fn options_before_every_policy_go_to_the_first() {
+        let site = specs(&["--settings", "site.yaml", "--policy", "site.wasm"]).expect("valid");
+        assert_eq!(site[0].settings, file("site.yaml"));
+        // Without --policy, the built-in CAPVCD policy takes them.
+        let default = specs(&["--settings", "capvcd.yaml", "--timeout", "250ms"]).expect("valid");
+        assert_eq!(default[0].source.label(), "builtin:capvcd");
+        assert_eq!(default[0].settings, file("capvcd.yaml"));
+        assert_eq!(default[0].limits.timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn a_policy_takes_one_settings_file_and_one_digest() {
+        let err = specs(&[
+            "--policy",
+            "builtin:capvcd",
+            "--settings",
+            "a.yaml",
+            "--settings",
+            "b.yaml",
+        ])
+        .unwrap_err();
+        assert!(
+            err.starts_with("two --settings for builtin:capvcd"),
+            "{err}"
+        );
+        let ok = specs(&[
+            "--sha256", "0d5a", "--policy", "x.wasm", "--policy", "y.wasm", "--sha256", "0d5b",
+        ])
+        .expect("one digest each");
+        assert_eq!(ok[0].sha256.as_deref(), Some("0d5a"));
+        assert_eq!(ok[1].sha256.as_deref(), Some("0d5b"));
+        let err =
+            specs(&["--policy", "x.wasm", "--sha256", "0d5a", "--sha256", "0d5b"]).unwrap_err();
+        assert!(err.starts_with("two --sha256 for x.wasm"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_builtin_is_refused_with_the_names() {
+        let err = specs(&["--policy", "builtin:storage-only"]).unwrap_err();
+        assert!(
+            err.contains("no built-in policy named `storage-only`; built-in policies: capvcd"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,158 @@
+//! The decision as `nicpolicy eval` prints it in table form, in the spirit of `kubectl describe`.
+
+use std::fmt::Write as _;
+
+use nicpolicy::plugin::{Decision, Request};
+use nicpolicy::PolicyChain;
+
+fn yes(flag: bool) -> &'static str {
+    if flag {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Human-readable decision, in the spirit of `kubectl describe`.
+pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
+    let mut out = header(request, chain, decision);
+    if !decision.nics.is_empty() {
+        out.push('\n');
+        out.push_str(&nic_table(decision));
+    }
+    if !decision.vapp_networks.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nvApp networks: {}",
+            decision.vapp_networks.join(", ")
+        );
+    }
+    if let Some(extras) = &decision.extra_ovdc_networks {
+        if *extras != request.machine.extra_ovdc_networks {
+            let _ = writeln!(
+                out,
+                "Defaulted {}.extraOvdcNetworks: [{}]",
+                request.kind.spec_path(),
+                extras.join(", ")
+            );
+        }
+    }
+    if !decision.violations.is_empty() {
+        let _ = writeln!(out, "\nViolations:");
+        for v in &decision.violations {
+            let _ = writeln!(out, "  {} ({:?}): {}", v.field, v.reason, v.message);
+        }
+    }
+    if !decision.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings:");
+        for w in &decision.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
+    out
+}
+
+/// Which machine, cluster and policies, and the verdict.
+fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
+    let mut out = String::new();
+    let machine = &request.machine;
+    let namespace = if machine.namespace.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", machine.namespace)
+    };
+    let _ = writeln!(
+        out,
+        "Machine:   {} {namespace}{} ({:?}, {})",
+        request.kind.as_str(),
+        machine.name,
+        request.operation,
+        match machine.role {
+            nicpolicy::plugin::Role::ControlPlane => "control plane",
+            nicpolicy::plugin::Role::Worker => "worker",
+        }
+    );
+    if request.cluster_unknown {
+        let _ = writeln!(out, "Cluster:   (not known yet: checked without it)");
+    } else {
+        let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    }
+    let policies: Vec<String> = chain
+        .policies()
+        .iter()
+        .map(|policy| {
+            let version = policy
+                .info()
+                .metadata
+                .as_ref()
+                .map(|m| format!(" {}", m.version))
+                .unwrap_or_default();
+            format!("{}{version}", policy.name())
+        })
+        .collect();
+    if let [one] = policies.as_slice() {
+        let _ = writeln!(out, "Policy:    {one}");
+    } else {
+        let _ = writeln!(out, "Policies:  {}", policies.join(" -> "));
+    }
+    let _ = writeln!(
+        out,
+        "Decision:  {}",
+        if decision.allowed {
+            "allowed"
+        } else {
+            "denied"
+        }
+    );
+
+    out
+}
+
+/// The NIC plan as a table.
+fn nic_table(decision: &Decision) -> String {
+    let mut rows = vec![[
+        "NIC".to_string(),
+        "NETWORK".to_string(),
+        "PRIMARY".to_string(),
+        "IP MODE".to_string(),
+        "IP ADDRESS".to_string(),
+        "ADAPTER".to_string(),
+        "CONNECTED".to_string(),
+    ]];
+    for nic in &decision.nics {
+        rows.push([
+            nic.index.to_string(),
+            nic.network.clone(),
+            yes(nic.primary).to_string(),
+            nic.ip_allocation_mode.as_str().to_string(),
+            nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
+            nic.adapter_type.as_str().to_string(),
+            yes(nic.connected).to_string(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// Left-aligned columns separated by three spaces, like kubectl's tables.
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}   ", width = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,85 @@
+//! `nicpolicy test`: runs case files against a policy chain, with an optional JUnit report.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use nicpolicy::cases::{self, junit, CaseReport, Outcome, Report};
+use nicpolicy::SettingsSource;
+
+use super::policy_args::{load_chain, policy_specs, PolicyArgs, Positions};
+use super::{usage, Failure};
+use crate::exit;
+
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Case files, or directories searched for .yaml/.yml/.json case files.
+    #[arg(value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    /// Also write a JUnit XML report to FILE: one testcase per case file (classname: its
+    /// directory, name: its file name without extension), for CI systems.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Settings of a later policy of the chain (YAML or JSON), placed after its --policy as with
+    /// `nicpolicy eval`. The first policy's settings come from each case file.
+    #[arg(long = "settings", value_name = "FILE")]
+    settings: Vec<PathBuf>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// Runs `nicpolicy test`.
+pub fn run(args: TestArgs, positions: &Positions) -> Result<u8, Failure> {
+    let paths = cases::discover(&args.paths).map_err(usage)?;
+    if paths.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "no case files (.yaml, .yml, .json) under {}",
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    if let Some(SettingsSource::File(path)) = specs.first().map(|spec| &spec.settings) {
+        return Err(usage(anyhow::anyhow!(
+            "--settings {}: each case file sets the first policy's settings; \
+             --settings can only apply to a later policy of the chain",
+            path.display()
+        )));
+    }
+    let chain = load_chain(&args.policy, &specs, false)?;
+    println!("running {} cases against {}", paths.len(), chain.name());
+    let report = Report::run(&paths, &chain, |case| {
+        let verdict = if case.passed() { "ok" } else { "FAILED" };
+        println!("case {} ... {verdict}", case.name());
+    });
+    let failures: Vec<&CaseReport> = report.failures().collect();
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for case in &failures {
+            if let Outcome::Failed { mismatches, actual } = &case.outcome {
+                println!("\n---- {} ----", case.path.display());
+                for m in mismatches {
+                    println!("  - {m}");
+                }
+                println!("  actual:");
+                for line in actual.lines() {
+                    println!("    {line}");
+                }
+            }
+        }
+        println!();
+    }
+    println!(
+        "{} passed, {} failed",
+        report.cases.len() - failures.len(),
+        failures.len()
+    );
+    if let Some(junit) = &args.junit {
+        std::fs::write(junit, junit::report(&report))
+            .with_context(|| format!("{}: cannot write the JUnit report", junit.display()))
+            .map_err(usage)?;
+    }
+    Ok(if failures.is_empty() { 0 } else { exit::DENIED })
+}

@@ -1,0 +1,87 @@
+//! The configuration file as written: every field optional, unknown fields refused. The
+//! parent module checks it section by section into a [`ServeConfig`](super::ServeConfig).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{FailureMode, UnknownClusterMode};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigFile {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub listen: Option<String>,
+    pub tls: Option<Tls>,
+    #[serde(default)]
+    pub policies: BTreeMap<String, Vec<Policy>>,
+    pub on_policy_failure: Option<FailureMode>,
+    pub on_unknown_cluster: Option<UnknownClusterMode>,
+    pub inventory: Option<PathBuf>,
+    pub clusters: Option<Clusters>,
+    pub evaluation: Option<Evaluation>,
+    pub max_request_bytes: Option<Size>,
+    pub reload: Option<Reload>,
+    pub nic_plan_annotation: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub reload_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    pub path: Option<PathBuf>,
+    pub builtin: Option<String>,
+    pub sha256: Option<String>,
+    pub settings: Option<Value>,
+    pub settings_file: Option<PathBuf>,
+    pub timeout: Option<String>,
+    pub memory: Option<Size>,
+    pub max_input_bytes: Option<Size>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Clusters {
+    pub source: Source,
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+    pub cluster_api_version: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+pub enum Source {
+    Kubernetes,
+    Static,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Evaluation {
+    pub workers: Option<usize>,
+    pub queue_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reload {
+    pub enabled: Option<bool>,
+    pub interval: Option<String>,
+}
+
+/// `64Mi` or a plain number of bytes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    Bytes(u64),
+    Text(String),
+}

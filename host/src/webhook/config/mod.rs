@@ -1,0 +1,713 @@
+//! The `nicpolicy serve` configuration file (YAML or JSON), documented in `docs/deploy.md`.
+//!
+//! ```yaml
+//! apiVersion: nicpolicy.io/v1alpha1
+//! kind: ServeConfig
+//! listen: 0.0.0.0:9443
+//! tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
+//! inventory: inventory.yaml            # relative paths are relative to this file
+//! onPolicyFailure: Deny                # or Allow (with a warning)
+//! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
+//! policies:
+//!   VCDMachine:
+//!     - path: policies/capvcd.wasm
+//!       sha256: 3f1c...                # optional pin
+//!       settings: {maxNics: 6}
+//!       timeout: 250ms
+//!       memory: 64Mi
+//!       maxInputBytes: 3Mi             # default: maxRequestBytes
+//!   VCDMachineTemplate:
+//!     - builtin: capvcd
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nicpolicy_plugin::ObjectKind;
+use serde::Deserialize;
+
+use crate::limits::{self, Limits};
+use crate::manifest::{ManifestError, ManifestFile};
+use crate::spec::{PolicySource, PolicySpec, SettingsSource};
+
+/// Port kube-apiserver reaches Cluster API webhooks on.
+pub const DEFAULT_PORT: u16 = 9443;
+
+/// The value of every optional field the file leaves out, in one place (the number of
+/// evaluation slots, which depends on the machine, is [`ServeConfig::default_workers`]).
+pub struct Defaults {
+    /// `listen`.
+    pub listen: SocketAddr,
+    /// `tls.reloadInterval`.
+    pub tls_reload_interval: Duration,
+    /// `timeout` of a policy entry.
+    pub policy_timeout: Duration,
+    /// `onPolicyFailure`.
+    pub failure_mode: FailureMode,
+    /// `onUnknownCluster`.
+    pub unknown_cluster: UnknownClusterMode,
+    /// `clusters.clusterApiVersion`.
+    pub cluster_api_version: &'static str,
+    /// `evaluation.queueTimeout`.
+    pub queue_timeout: Duration,
+    /// `maxRequestBytes`: kube-apiserver's own limit on a request body. Also the default
+    /// `maxInputBytes` of every policy: a policy's request is built from the body (the object
+    /// and the stored object without status and managedFields), so a body the server accepts
+    /// gives an input under the cap unless the inventory or settings are large.
+    pub max_request_bytes: usize,
+    /// `reload.interval`.
+    pub reload_interval: Duration,
+    /// `nicPlanAnnotation`.
+    pub nic_plan_annotation: bool,
+}
+
+/// See [`Defaults`].
+pub const DEFAULTS: Defaults = Defaults {
+    listen: SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        DEFAULT_PORT,
+    ),
+    tls_reload_interval: Duration::from_secs(10),
+    policy_timeout: Duration::from_millis(250),
+    failure_mode: FailureMode::Deny,
+    unknown_cluster: UnknownClusterMode::CheckWithoutCluster,
+    cluster_api_version: "v1beta1",
+    queue_timeout: Duration::from_secs(2),
+    max_request_bytes: 3 << 20,
+    reload_interval: Duration::from_secs(2),
+    nic_plan_annotation: true,
+};
+
+/// What to answer when something other than the policy's decision stands in the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum FailureMode {
+    /// Deny the object, saying why.
+    Deny,
+    /// Admit the object with a warning saying what was not checked.
+    Allow,
+}
+
+/// What to answer for a machine whose VCDCluster cannot be found: it names no cluster (a
+/// VCDMachineTemplate as `clusterctl generate cluster` writes it), or one that does not exist yet
+/// (`kubectl apply` creates a manifest's objects in file order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum UnknownClusterMode {
+    /// Check every rule that does not need the cluster (duplicates, NIC count, names, settings,
+    /// inventory) and admit with a warning when they pass; the rest runs when the machine is
+    /// created with its cluster label. The default.
+    CheckWithoutCluster,
+    /// Deny, saying what is missing (the strictness of earlier releases).
+    Deny,
+    /// Admit unchecked, with a warning.
+    Allow,
+}
+
+/// Where the webhook finds each machine's VCDCluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterSourceConfig {
+    /// Watch Cluster and VCDCluster objects through the Kubernetes API (in-cluster config).
+    Kubernetes {
+        /// The `cluster.x-k8s.io` version to watch Cluster objects at.
+        cluster_api_version: String,
+    },
+    /// Manifest files with Cluster and VCDCluster objects, read at start.
+    Static {
+        /// The files.
+        files: Vec<PathBuf>,
+    },
+}
+
+/// One policy of a kind's chain: what to load, and where the entry sits in the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfig {
+    /// The module, its settings (inline or `settingsFile`), digest pin and limits.
+    pub spec: PolicySpec,
+    /// Where the entry sits in the file, like `policies.VCDMachine[0]`.
+    pub field: String,
+}
+
+/// TLS files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+    /// How often the files are checked for a new certificate.
+    pub reload_interval: Duration,
+}
+
+/// A checked configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeConfig {
+    /// The file it was read from (`None` for the built-in default).
+    pub path: Option<PathBuf>,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Certificate and key; `None` needs `--tls-self-signed`.
+    pub tls: Option<TlsFiles>,
+    /// The chain of policies for each kind; a kind that is absent is not served.
+    pub policies: BTreeMap<ObjectKind, Vec<PolicyConfig>>,
+    /// What to do when a policy fails at run time (trap, time limit, memory cap, bad output).
+    pub on_policy_failure: FailureMode,
+    /// What to do when the machine's cluster cannot be found.
+    pub on_unknown_cluster: UnknownClusterMode,
+    /// The org VDC network inventory file.
+    pub inventory: Option<PathBuf>,
+    /// Where VCDClusters come from.
+    pub clusters: ClusterSourceConfig,
+    /// Evaluations running at once.
+    pub workers: usize,
+    /// How long a review waits for a free evaluation slot before it is answered as failed.
+    pub queue_timeout: Duration,
+    /// Largest AdmissionReview body accepted.
+    pub max_request_bytes: usize,
+    /// How often policy files, settings, inventory and this file are checked for changes;
+    /// `None` turns hot reload off.
+    pub reload_interval: Option<Duration>,
+    /// Write the NIC plan to the `nicpolicy.io/nic-plan` annotation when mutating.
+    pub nic_plan_annotation: bool,
+}
+
+/// Why a configuration could not be used. Every variant names the file and, where there is one,
+/// the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A field is wrong.
+    #[error("{}: {field}: {message}", path.display())]
+    Field {
+        /// The configuration file.
+        path: PathBuf,
+        /// Path of the field, like `policies.VCDMachine[0].timeout`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+mod file;
+
+impl ServeConfig {
+    /// Default evaluation slots: one per core, at least two.
+    pub fn default_workers() -> usize {
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2)
+            .max(2)
+    }
+
+    /// The configuration used without a file: the built-in CAPVCD policy for both kinds,
+    /// clusters from the Kubernetes API, failures denied.
+    pub fn builtin_default() -> ServeConfig {
+        let capvcd = |kind: ObjectKind| PolicyConfig {
+            spec: PolicySpec {
+                source: PolicySource::Builtin(&crate::builtin::CAPVCD),
+                settings: SettingsSource::default(),
+                sha256: None,
+                limits: Limits::default()
+                    .with_timeout(DEFAULTS.policy_timeout)
+                    .with_max_input_bytes(DEFAULTS.max_request_bytes),
+            },
+            field: format!("policies.{}[0]", kind.as_str()),
+        };
+        ServeConfig {
+            path: None,
+            listen: DEFAULTS.listen,
+            tls: None,
+            policies: ObjectKind::ALL
+                .into_iter()
+                .map(|k| (k, vec![capvcd(k)]))
+                .collect(),
+            on_policy_failure: DEFAULTS.failure_mode,
+            on_unknown_cluster: DEFAULTS.unknown_cluster,
+            inventory: None,
+            clusters: ClusterSourceConfig::Kubernetes {
+                cluster_api_version: DEFAULTS.cluster_api_version.to_string(),
+            },
+            workers: Self::default_workers(),
+            queue_timeout: DEFAULTS.queue_timeout,
+            max_request_bytes: DEFAULTS.max_request_bytes,
+            reload_interval: Some(DEFAULTS.reload_interval),
+            nic_plan_annotation: DEFAULTS.nic_plan_annotation,
+        }
+    }
+
+    /// Reads and checks a configuration file. Settings are checked later, when the policies
+    /// load (they need the module).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the file and, where there is one, the field at fault.
+    pub fn read(path: &Path) -> Result<ServeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses `text` as the content of `path`.
+    ///
+    /// # Errors
+    /// As for [`ServeConfig::read`].
+    pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
+        let manifest = ManifestFile::parse(path, text)?;
+        let mut reader = Reader {
+            path,
+            max_request_bytes: DEFAULTS.max_request_bytes,
+        };
+        let value = match manifest.objects.as_slice() {
+            [one] => &one.value,
+            [] => return Err(reader.error("", "the file is empty")),
+            _ => return Err(reader.error("", "a configuration file holds one document")),
+        };
+        let raw: file::ConfigFile = serde_path_to_error::deserialize(value).map_err(|err| {
+            let field = err.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            reader.error(&field, err.inner())
+        })?;
+        reader.header(&raw)?;
+        // Read first: it is every policy's default input cap.
+        reader.max_request_bytes = reader.size(
+            "maxRequestBytes",
+            &raw.max_request_bytes,
+            DEFAULTS.max_request_bytes,
+        )?;
+        let (workers, queue_timeout) = reader.evaluation(raw.evaluation.as_ref())?;
+        Ok(ServeConfig {
+            path: Some(path.to_path_buf()),
+            listen: match &raw.listen {
+                Some(text) => parse_listen(text).map_err(|m| reader.error("listen", m))?,
+                None => DEFAULTS.listen,
+            },
+            tls: raw.tls.as_ref().map(|tls| reader.tls(tls)).transpose()?,
+            policies: reader.policies(&raw.policies)?,
+            on_policy_failure: raw.on_policy_failure.unwrap_or(DEFAULTS.failure_mode),
+            on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
+            inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
+            clusters: reader.clusters(raw.clusters.as_ref())?,
+            workers,
+            queue_timeout,
+            max_request_bytes: reader.max_request_bytes,
+            reload_interval: reader.reload(raw.reload.as_ref())?,
+            nic_plan_annotation: raw
+                .nic_plan_annotation
+                .unwrap_or(DEFAULTS.nic_plan_annotation),
+        })
+    }
+
+    /// Every file the configuration depends on (itself, modules, settings, inventory, static
+    /// clusters), for the reload watcher.
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self.path.iter().cloned().collect();
+        for chain in self.policies.values() {
+            for policy in chain {
+                if let PolicySource::File(path) = &policy.spec.source {
+                    files.push(path.clone());
+                }
+                if let SettingsSource::File(path) = &policy.spec.settings {
+                    files.push(path.clone());
+                }
+            }
+        }
+        files.extend(self.inventory.iter().cloned());
+        if let ClusterSourceConfig::Static { files: f } = &self.clusters {
+            files.extend(f.iter().cloned());
+        }
+        files.sort();
+        files.dedup();
+        files
+    }
+}
+
+/// Reads the sections of one configuration file: relative paths resolve against its
+/// directory, and every error names it and the field.
+struct Reader<'a> {
+    path: &'a Path,
+    /// `maxRequestBytes`, the default `maxInputBytes` of each policy.
+    max_request_bytes: usize,
+}
+
+impl Reader<'_> {
+    fn error(&self, field: &str, message: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Field {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(path)
+        }
+    }
+
+    fn duration(
+        &self,
+        field: &str,
+        text: &Option<String>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match text {
+            Some(text) => limits::parse_duration(text).map_err(|m| self.error(field, m)),
+            None => Ok(default),
+        }
+    }
+
+    fn size(
+        &self,
+        field: &str,
+        size: &Option<file::Size>,
+        default: usize,
+    ) -> Result<usize, ConfigError> {
+        match size {
+            Some(file::Size::Bytes(0)) => Err(self.error(field, "must be above zero")),
+            Some(file::Size::Bytes(n)) => {
+                usize::try_from(*n).map_err(|_| self.error(field, format!("{n} is out of range")))
+            }
+            Some(file::Size::Text(text)) => {
+                limits::parse_size(text).map_err(|m| self.error(field, m))
+            }
+            None => Ok(default),
+        }
+    }
+
+    /// `kind` and `apiVersion`, when given.
+    fn header(&self, raw: &file::ConfigFile) -> Result<(), ConfigError> {
+        if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "ServeConfig") {
+            return Err(self.error("kind", format!("{kind:?}: expected ServeConfig")));
+        }
+        if let Some(version) = raw
+            .api_version
+            .as_deref()
+            .filter(|v| *v != "nicpolicy.io/v1alpha1")
+        {
+            return Err(self.error(
+                "apiVersion",
+                format!("{version:?}: expected nicpolicy.io/v1alpha1"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn tls(&self, tls: &file::Tls) -> Result<TlsFiles, ConfigError> {
+        Ok(TlsFiles {
+            cert_file: self.resolve(&tls.cert_file),
+            key_file: self.resolve(&tls.key_file),
+            reload_interval: self.duration(
+                "tls.reloadInterval",
+                &tls.reload_interval,
+                DEFAULTS.tls_reload_interval,
+            )?,
+        })
+    }
+
+    /// `policies`: a non-empty chain per kind.
+    fn policies(
+        &self,
+        raw: &BTreeMap<String, Vec<file::Policy>>,
+    ) -> Result<BTreeMap<ObjectKind, Vec<PolicyConfig>>, ConfigError> {
+        if raw.is_empty() {
+            return Err(self.error(
+                "policies",
+                "no policies: list at least one under VCDMachine or VCDMachineTemplate",
+            ));
+        }
+        let mut policies = BTreeMap::new();
+        for (kind_name, entries) in raw {
+            let at = format!("policies.{kind_name}");
+            let kind = ObjectKind::from_kind(kind_name).ok_or_else(|| {
+                self.error(
+                    &at,
+                    "unknown kind: policies are listed under VCDMachine or VCDMachineTemplate",
+                )
+            })?;
+            if entries.is_empty() {
+                return Err(self.error(
+                    &at,
+                    "the list is empty: remove the kind, or list at least one policy",
+                ));
+            }
+            let chain = entries
+                .iter()
+                .enumerate()
+                .map(|(i, entry)| self.policy(&format!("{at}[{i}]"), entry))
+                .collect::<Result<_, _>>()?;
+            policies.insert(kind, chain);
+        }
+        Ok(policies)
+    }
+
+    /// One entry of a chain, at `at` (like `policies.VCDMachine[0]`).
+    fn policy(&self, at: &str, entry: &file::Policy) -> Result<PolicyConfig, ConfigError> {
+        let source = match (&entry.path, &entry.builtin) {
+            (Some(path), None) => PolicySource::File(self.resolve(path)),
+            (None, Some(name)) => PolicySource::builtin(name)
+                .map_err(|err| self.error(&format!("{at}.builtin"), err))?,
+            (Some(_), Some(_)) => {
+                return Err(self.error(at, "give either path or builtin, not both"))
+            }
+            (None, None) => {
+                return Err(self.error(
+                    at,
+                    "a policy needs path (a .wasm file) or builtin (such as capvcd)",
+                ))
+            }
+        };
+        if let Some(pin) = &entry.sha256 {
+            if pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(self.error(
+                    &format!("{at}.sha256"),
+                    format!("{pin:?} is not a hex sha256 (64 hex digits); `nicpolicy inspect FILE` prints it"),
+                ));
+            }
+        }
+        let settings = match (&entry.settings, &entry.settings_file) {
+            (Some(_), Some(_)) => {
+                return Err(self.error(at, "give either settings or settingsFile, not both"))
+            }
+            (Some(value), None) => SettingsSource::Inline(value.clone()),
+            (None, Some(file)) => SettingsSource::File(self.resolve(file)),
+            (None, None) => SettingsSource::default(),
+        };
+        let limits = Limits::default()
+            .with_timeout(self.duration(
+                &format!("{at}.timeout"),
+                &entry.timeout,
+                DEFAULTS.policy_timeout,
+            )?)
+            .with_memory_bytes(self.size(
+                &format!("{at}.memory"),
+                &entry.memory,
+                Limits::DEFAULT_MEMORY_BYTES,
+            )?)
+            .with_max_input_bytes(self.size(
+                &format!("{at}.maxInputBytes"),
+                &entry.max_input_bytes,
+                self.max_request_bytes,
+            )?);
+        Ok(PolicyConfig {
+            spec: PolicySpec {
+                source,
+                settings,
+                sha256: entry.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
+                limits,
+            },
+            field: at.to_string(),
+        })
+    }
+
+    fn clusters(&self, raw: Option<&file::Clusters>) -> Result<ClusterSourceConfig, ConfigError> {
+        let Some(c) = raw else {
+            return Ok(ClusterSourceConfig::Kubernetes {
+                cluster_api_version: DEFAULTS.cluster_api_version.to_string(),
+            });
+        };
+        match c.source {
+            file::Source::Kubernetes => {
+                if !c.files.is_empty() {
+                    return Err(
+                        self.error("clusters.files", "files are read only with source: Static")
+                    );
+                }
+                Ok(ClusterSourceConfig::Kubernetes {
+                    cluster_api_version: c
+                        .cluster_api_version
+                        .clone()
+                        .unwrap_or_else(|| DEFAULTS.cluster_api_version.to_string()),
+                })
+            }
+            file::Source::Static => {
+                if c.files.is_empty() {
+                    return Err(self.error(
+                        "clusters.files",
+                        "source: Static needs at least one file with Cluster and VCDCluster objects",
+                    ));
+                }
+                Ok(ClusterSourceConfig::Static {
+                    files: c.files.iter().map(|f| self.resolve(f)).collect(),
+                })
+            }
+        }
+    }
+
+    /// `evaluation`: the number of slots and how long a review waits for one.
+    fn evaluation(&self, raw: Option<&file::Evaluation>) -> Result<(usize, Duration), ConfigError> {
+        let workers = match raw.and_then(|e| e.workers) {
+            Some(0) => return Err(self.error("evaluation.workers", "must be at least 1")),
+            Some(n) => n,
+            None => ServeConfig::default_workers(),
+        };
+        let queue_timeout = self.duration(
+            "evaluation.queueTimeout",
+            &raw.and_then(|e| e.queue_timeout.clone()),
+            DEFAULTS.queue_timeout,
+        )?;
+        Ok((workers, queue_timeout))
+    }
+
+    /// `reload`: the check interval, or `None` when turned off.
+    fn reload(&self, raw: Option<&file::Reload>) -> Result<Option<Duration>, ConfigError> {
+        match raw {
+            Some(file::Reload {
+                enabled: Some(false),
+                ..
+            }) => Ok(None),
+            Some(reload) => self
+                .duration(
+                    "reload.interval",
+                    &reload.interval,
+                    DEFAULTS.reload_interval,
+                )
+                .map(Some),
+            None => Ok(Some(DEFAULTS.reload_interval)),
+        }
+    }
+}
+
+/// `0.0.0.0:9443`, `[::]:9443`, `127.0.0.1:0`, or `:9443` (every IPv4 address).
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse()
+        .map_err(|_| format!("{text:?} is not an address like 0.0.0.0:9443"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
+        ServeConfig::parse(Path::new("/etc/nicpolicy/config.yaml"), text)
+    }
+
+    #[test]
+    fn full_config_is_read_with_paths_relative_to_the_file() {
+        let config = parse(
+            r#"
+apiVersion: nicpolicy.io/v1alpha1
+kind: ServeConfig
+listen: ":8443"
+tls: {certFile: tls/tls.crt, keyFile: /tls/tls.key}
+inventory: inventory.yaml
+onPolicyFailure: Allow
+policies:
+  VCDMachine:
+    - path: policies/capvcd.wasm
+      sha256: 0D5A4C0FB9A5B8C2D3E4F5061728394A5B6C7D8E9F00112233445566778899AA
+      settings: {maxNics: 6}
+      timeout: 300ms
+      memory: 32Mi
+  VCDMachineTemplate:
+    - builtin: capvcd
+      settingsFile: capvcd-settings.yaml
+clusters: {source: Static, files: [clusters.yaml]}
+evaluation: {workers: 4, queueTimeout: 500ms}
+maxRequestBytes: 1Mi
+reload: {interval: 1s}
+"#,
+        )
+        .expect("valid");
+        assert_eq!(config.listen, "0.0.0.0:8443".parse().unwrap());
+        let tls = config.tls.as_ref().unwrap();
+        assert_eq!(tls.cert_file, Path::new("/etc/nicpolicy/tls/tls.crt"));
+        assert_eq!(tls.key_file, Path::new("/tls/tls.key"));
+        assert_eq!(config.on_policy_failure, FailureMode::Allow);
+        assert_eq!(
+            config.on_unknown_cluster,
+            UnknownClusterMode::CheckWithoutCluster
+        );
+        let machine = &config.policies[&ObjectKind::VcdMachine][0];
+        assert_eq!(
+            machine.spec.source,
+            PolicySource::File("/etc/nicpolicy/policies/capvcd.wasm".into())
+        );
+        assert_eq!(machine.spec.limits.timeout, Duration::from_millis(300));
+        assert_eq!(machine.spec.limits.memory_bytes, 32 << 20);
+        assert!(machine.spec.sha256.as_ref().unwrap().starts_with("0d5a"));
+        let template = &config.policies[&ObjectKind::VcdMachineTemplate][0];
+        assert_eq!(
+            template.spec.settings,
+            SettingsSource::File("/etc/nicpolicy/capvcd-settings.yaml".into())
+        );
+        assert_eq!(config.workers, 4);
+        assert_eq!(config.max_request_bytes, 1 << 20);
+        assert_eq!(config.reload_interval, Some(Duration::from_secs(1)));
+        assert!(config
+            .watched_files()
+            .contains(&PathBuf::from("/etc/nicpolicy/clusters.yaml")));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                "policies: {VCDMachine: [{builtin: capvcd, timeout: fast}]}",
+                "policies.VCDMachine[0].timeout",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvd}]}",
+                "policies.VCDMachine[0].builtin",
+            ),
+            ("policies: {VCDMachine: [{}]}", "policies.VCDMachine[0]"),
+            (
+                "policies: {VCDMachines: [{builtin: capvcd}]}",
+                "policies.VCDMachines",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd, sha256: abc}]}",
+                "policies.VCDMachine[0].sha256",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd, memroy: 1Mi}]}",
+                "policies.VCDMachine[0]",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nonPolicyFailure: Ignore",
+                "onPolicyFailure",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nlisten: localhost",
+                "listen",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nclusters: {source: Static}",
+                "clusters.files",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nevaluation: {workers: 0}",
+                "evaluation.workers",
+            ),
+            ("listen: :9443", "policies"),
+        ];
+        for (text, field) in cases {
+            match parse(text) {
+                Err(ConfigError::Field { field: got, .. }) => {
+                    assert!(
+                        got.starts_with(field),
+                        "{text}: field {got}, expected {field}"
+                    )
+                }
+                other => panic!("{text}: expected a field error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn syntax_errors_give_the_line() {
+        let err = parse("policies:\n  VCDMachine: [\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("/etc/nicpolicy/config.yaml:"),
+            "{err}"
+        );
+    }
+}

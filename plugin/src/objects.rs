@@ -1,0 +1,459 @@
+//! Kubernetes objects (as JSON values) mapped to the schema: a VCDMachine or VCDMachineTemplate
+//! to a [`Machine`], a VCDCluster to a [`Cluster`], a network inventory to an [`Inventory`].
+//!
+//! Pure `serde_json`: no files, no YAML, nothing that keeps it from compiling to `wasm32`. The
+//! host reads manifest files (with `file:line:column` errors) and calls these functions on each
+//! object; a browser or any other embedder can call them on objects it already holds. Enabled
+//! with the `objects` feature.
+//!
+//! ```
+//! use nicpolicy_plugin::objects::{cluster_from_object, machine_from_object};
+//! use serde_json::json;
+//!
+//! let (kind, machine) = machine_from_object(&json!({
+//!     "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+//!     "kind": "VCDMachine",
+//!     "metadata": {"name": "prod-eu1-md-0-x7k2p", "namespace": "prod-eu1"},
+//!     "spec": {"extraOvdcNetworks": ["storage-net", "workload-net"]},
+//! }))?;
+//! assert_eq!(kind.as_str(), "VCDMachine");
+//! assert_eq!(machine.extra_ovdc_networks, ["storage-net", "workload-net"]);
+//!
+//! let err = cluster_from_object(&json!({
+//!     "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+//!     "kind": "VCDCluster",
+//!     "spec": {"ovdcNetwork": ["mgmt-net"]},
+//! }))
+//! .unwrap_err();
+//! assert_eq!(err.field, "spec.ovdcNetwork");
+//! # Ok::<(), nicpolicy_plugin::objects::FieldError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::schema::{Cluster, Inventory, Machine, Network, ObjectKind, Zone};
+
+/// API group of CAPVCD's kinds.
+pub const CAPVCD_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// Versions whose network fields are read.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta3", "v1beta2"];
+
+/// Why an object could not be mapped: the field at fault (empty for the object itself) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path of the field inside the object, like `spec.extraOvdcNetworks[1]`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, message: impl fmt::Display) -> FieldError {
+        FieldError {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// Reads `object` as `T`, with the failing field's path in the error.
+fn typed<T: DeserializeOwned>(object: &Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(object).map_err(|err| {
+        let field = err.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        FieldError::new(field, err.inner())
+    })
+}
+
+/// Refuses objects outside [`CAPVCD_GROUP`] at one of the [`SUPPORTED_VERSIONS`].
+fn check_api_version(object: &Value) -> Result<(), FieldError> {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    if group == CAPVCD_GROUP && SUPPORTED_VERSIONS.contains(&version) {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        "apiVersion",
+        format!("{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"),
+    ))
+}
+
+/// A VCDMachine or VCDMachineTemplate object as the schema's [`Machine`], with its kind. For a
+/// template the machine is `spec.template`, with the template's and the inner labels and
+/// annotations merged (the inner ones win).
+///
+/// # Errors
+/// A [`FieldError`] for another kind or API version, or a field of the wrong type.
+pub fn machine_from_object(object: &Value) -> Result<(ObjectKind, Machine), FieldError> {
+    let kind_name = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let kind = ObjectKind::from_kind(kind_name).ok_or_else(|| {
+        FieldError::new(
+            "kind",
+            format!("{kind_name:?} is not a VCDMachine or VCDMachineTemplate"),
+        )
+    })?;
+    check_api_version(object)?;
+    let machine = match kind {
+        ObjectKind::VcdMachine => {
+            let m: crd::VcdMachine = typed(object)?;
+            let labels = m.metadata.labels.unwrap_or_default();
+            Machine {
+                name: m.metadata.name.unwrap_or_default(),
+                namespace: m.metadata.namespace.unwrap_or_default(),
+                role: Machine::role_from_labels(&labels),
+                labels,
+                annotations: m.metadata.annotations.unwrap_or_default(),
+                failure_domain: m.spec.failure_domain,
+                extra_ovdc_networks: m.spec.extra_ovdc_networks.unwrap_or_default(),
+                provider_id: m.spec.provider_id,
+                deletion_timestamp: m.metadata.deletion_timestamp,
+            }
+        }
+        ObjectKind::VcdMachineTemplate => {
+            let t: crd::VcdMachineTemplate = typed(object)?;
+            let inner = t.spec.template;
+            let mut labels = t.metadata.labels.unwrap_or_default();
+            labels.extend(inner.metadata.labels.unwrap_or_default());
+            let mut annotations = t.metadata.annotations.unwrap_or_default();
+            annotations.extend(inner.metadata.annotations.unwrap_or_default());
+            Machine {
+                name: t.metadata.name.unwrap_or_default(),
+                namespace: t.metadata.namespace.unwrap_or_default(),
+                role: Machine::role_from_labels(&labels),
+                labels,
+                annotations,
+                failure_domain: inner.spec.failure_domain,
+                extra_ovdc_networks: inner.spec.extra_ovdc_networks.unwrap_or_default(),
+                provider_id: inner.spec.provider_id,
+                deletion_timestamp: t.metadata.deletion_timestamp,
+            }
+        }
+    };
+    Ok((kind, machine))
+}
+
+/// A VCDCluster object as the schema's [`Cluster`]. The caller picks the object; its `kind`
+/// is not checked.
+///
+/// # Errors
+/// A [`FieldError`] for another API version or a field of the wrong type.
+pub fn cluster_from_object(object: &Value) -> Result<Cluster, FieldError> {
+    check_api_version(object)?;
+    let c: crd::VcdCluster = typed(object)?;
+    let multi = c.spec.multi_zone_spec.unwrap_or_default();
+    Ok(Cluster {
+        name: c.metadata.name.unwrap_or_default(),
+        namespace: c.metadata.namespace.unwrap_or_default(),
+        ovdc: c.spec.ovdc.unwrap_or_default(),
+        ovdc_network: c.spec.ovdc_network.unwrap_or_default(),
+        zone_topology: multi.zone_topology.filter(|t| !t.is_empty()),
+        zones: multi
+            .zones
+            .unwrap_or_default()
+            .into_iter()
+            .map(|z| Zone {
+                name: z.name.unwrap_or_default(),
+                ovdc: z.ovdc.unwrap_or_default(),
+                ovdc_network_name: z.ovdc_network_name.unwrap_or_default(),
+                control_plane_zone: z.control_plane_zone.unwrap_or(false),
+            })
+            .collect(),
+    })
+}
+
+/// An inventory document (`networks:` with name, type, gateway, prefixLength, staticIpRanges
+/// and dns per network, optionally under `kind: NetworkInventory`), checked with
+/// [`check_inventory`].
+///
+/// # Errors
+/// A [`FieldError`] for an unknown field, a field of the wrong type, or a check that fails.
+pub fn inventory_from_object(object: &Value) -> Result<Inventory, FieldError> {
+    let parsed: crd::InventoryFile = typed(object)?;
+    let inventory = Inventory {
+        networks: parsed.networks,
+    };
+    check_inventory(&inventory).map_err(|(field, message)| FieldError::new(field, message))?;
+    Ok(inventory)
+}
+
+/// Sanity checks on an inventory: unique names, addresses that parse, ranges inside the subnet's
+/// family and in order.
+///
+/// # Errors
+/// The field at fault and why.
+pub fn check_inventory(inventory: &Inventory) -> Result<(), (String, String)> {
+    let mut seen = BTreeMap::new();
+    for (i, network) in inventory.networks.iter().enumerate() {
+        let at = |field: &str| format!("networks[{i}].{field}");
+        if network.name.is_empty() {
+            return Err((at("name"), "must not be empty".into()));
+        }
+        if let Some(first) = seen.insert(network.name.as_str(), i) {
+            return Err((
+                at("name"),
+                format!("{:?} is already listed at networks[{first}]", network.name),
+            ));
+        }
+        let gateway = match &network.gateway {
+            Some(text) => Some(parse_ip(text).map_err(|why| (at("gateway"), why))?),
+            None => None,
+        };
+        if let Some(prefix) = network.prefix_length {
+            let max = match gateway {
+                Some(IpAddr::V6(_)) => 128,
+                _ => 32,
+            };
+            if prefix > max {
+                return Err((at("prefixLength"), format!("{prefix} is above {max}")));
+            }
+        }
+        check_ranges(network, &at, gateway)?;
+        for (j, server) in network.dns.iter().enumerate() {
+            parse_ip(server).map_err(|why| (at(&format!("dns[{j}]")), why))?;
+        }
+        for (j, used) in network.used_ip_addresses.iter().enumerate() {
+            parse_ip(used).map_err(|why| (at(&format!("usedIpAddresses[{j}]")), why))?;
+        }
+    }
+    Ok(())
+}
+
+/// Static IP ranges whose ends parse, share the gateway's family and come in order.
+fn check_ranges(
+    network: &Network,
+    at: &dyn Fn(&str) -> String,
+    gateway: Option<IpAddr>,
+) -> Result<(), (String, String)> {
+    for (j, range) in network.static_ip_ranges.iter().enumerate() {
+        let start = parse_ip(&range.start)
+            .map_err(|why| (at(&format!("staticIpRanges[{j}].start")), why))?;
+        let end =
+            parse_ip(&range.end).map_err(|why| (at(&format!("staticIpRanges[{j}].end")), why))?;
+        let same_family = start.is_ipv4() == end.is_ipv4()
+            && gateway.is_none_or(|g| g.is_ipv4() == start.is_ipv4());
+        if !same_family {
+            return Err((
+                at(&format!("staticIpRanges[{j}]")),
+                "start, end and gateway must be of one IP family".into(),
+            ));
+        }
+        if start > end {
+            return Err((
+                at(&format!("staticIpRanges[{j}]")),
+                format!("start {start} is after end {end}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address"))
+}
+
+/// The parts of CAPVCD's objects that are read. Unknown fields are ignored: real manifests
+/// carry many more.
+mod crd {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::schema::Network;
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ObjectMeta {
+        pub name: Option<String>,
+        pub namespace: Option<String>,
+        pub labels: Option<BTreeMap<String, String>>,
+        pub annotations: Option<BTreeMap<String, String>>,
+        pub deletion_timestamp: Option<String>,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct VcdMachineSpec {
+        #[serde(rename = "providerID")]
+        pub provider_id: Option<String>,
+        pub extra_ovdc_networks: Option<Vec<String>>,
+        pub failure_domain: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachine {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdMachineSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplate {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        pub spec: VcdMachineTemplateSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplateSpec {
+        pub template: VcdMachineTemplateResource,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdMachineTemplateResource {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdMachineSpec,
+    }
+
+    #[derive(Deserialize)]
+    pub struct VcdCluster {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: VcdClusterSpec,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct VcdClusterSpec {
+        pub ovdc: Option<String>,
+        pub ovdc_network: Option<String>,
+        pub multi_zone_spec: Option<MultiZoneSpec>,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub struct MultiZoneSpec {
+        pub zone_topology: Option<String>,
+        pub zones: Option<Vec<ZoneSpec>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ZoneSpec {
+        pub name: Option<String>,
+        // CAPVCD releases spell the zone's org VDC both ways.
+        #[serde(alias = "ovdcName")]
+        pub ovdc: Option<String>,
+        pub ovdc_network_name: Option<String>,
+        pub control_plane_zone: Option<bool>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct InventoryFile {
+        #[serde(default)]
+        #[allow(dead_code)]
+        pub api_version: Option<String>,
+        #[serde(default)]
+        #[allow(dead_code)]
+        pub kind: Option<String>,
+        pub networks: Vec<Network>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::schema::Role;
+
+    fn machine(spec: Value) -> Value {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+            "kind": "VCDMachine",
+            "metadata": {"name": "prod-eu1-md-0-x7k2p", "namespace": "prod-eu1",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "prod-eu1"}},
+            "spec": spec,
+        })
+    }
+
+    #[test]
+    fn a_machine_is_read_with_its_extras() {
+        let (kind, m) = machine_from_object(&machine(
+            json!({"providerID": "vmware-cloud-director://urn:vcloud:vm:4a7f",
+                   "extraOvdcNetworks": ["storage-net", "workload-net"]}),
+        ))
+        .expect("reads");
+        assert_eq!(kind, ObjectKind::VcdMachine);
+        assert_eq!(m.extra_ovdc_networks, ["storage-net", "workload-net"]);
+        assert!(m.is_provisioned());
+        assert_eq!(m.role, Role::Worker);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = machine_from_object(&machine(
+            json!({"extraOvdcNetworks": ["storage-net", {"name": "x"}]}),
+        ))
+        .unwrap_err();
+        assert_eq!(err.field, "spec.extraOvdcNetworks[1]");
+        let mut old = machine(json!({}));
+        old["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1alpha4");
+        assert_eq!(machine_from_object(&old).unwrap_err().field, "apiVersion");
+        let mut other = machine(json!({}));
+        other["kind"] = json!("VCDCluster");
+        assert_eq!(machine_from_object(&other).unwrap_err().field, "kind");
+    }
+
+    #[test]
+    fn a_template_merges_labels_of_both_levels() {
+        let (kind, m) = machine_from_object(&json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VCDMachineTemplate",
+            "metadata": {"name": "prod-eu1-control-plane", "labels": {"team": "platform"}},
+            "spec": {"template": {"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}},
+                                  "spec": {"extraOvdcNetworks": ["storage-net"]}}}
+        }))
+        .expect("reads");
+        assert_eq!(kind, ObjectKind::VcdMachineTemplate);
+        assert_eq!(m.role, Role::ControlPlane);
+        assert_eq!(m.labels["team"], "platform");
+    }
+
+    #[test]
+    fn a_cluster_is_read_with_its_zones() {
+        let cluster = cluster_from_object(&json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3", "kind": "VCDCluster",
+            "metadata": {"name": "prod-eu1", "namespace": "prod-eu1"},
+            "spec": {"multiZoneSpec": {"zoneTopology": "UserSpecifiedEdgeGateway", "zones": [
+                {"name": "zone-a", "ovdcName": "eu1-ovdc-a", "ovdcNetworkName": "mgmt-net-a"}]}}
+        }))
+        .expect("reads");
+        assert_eq!(cluster.zones[0].ovdc, "eu1-ovdc-a");
+        assert_eq!(cluster.zones[0].ovdc_network_name, "mgmt-net-a");
+    }
+
+    #[test]
+    fn inventory_checks_addresses() {
+        let err = inventory_from_object(&json!({"networks": [
+            {"name": "storage-net", "gateway": "10.20.0.1", "prefixLength": 24,
+             "staticIpRanges": [{"start": "10.20.0.50", "end": "10.20.0.10"}]}
+        ]}))
+        .unwrap_err();
+        assert_eq!(err.field, "networks[0].staticIpRanges[0]");
+    }
+}
