@@ -11,10 +11,13 @@ use crate::exit;
 
 #[derive(clap::Args)]
 pub struct EvalArgs {
-    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works).
+    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works); the
+    /// machine file itself when omitted.
     #[arg(long, value_name = "FILE")]
-    cluster: PathBuf,
-    /// File holding the VCDMachine or VCDMachineTemplate.
+    cluster: Option<PathBuf>,
+    /// File holding the VCDMachine or VCDMachineTemplate. When it holds several, each is
+    /// evaluated against its own cluster (found as the webhook finds it) unless --machine-name
+    /// picks one.
     #[arg(long, value_name = "FILE")]
     machine: PathBuf,
     /// Which machine, when the machine file holds several.
@@ -44,8 +47,18 @@ pub struct EvalArgs {
 
 /// Runs `nicpolicy eval`.
 pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
+    if args.machine_name.is_none() {
+        let machines = manifest::ManifestFile::read(&args.machine).map_err(usage)?;
+        if machines
+            .of_kinds(&nicpolicy::audit::inputs::MACHINE_KINDS)
+            .count()
+            > 1
+        {
+            return eval_many(args, machines, positions);
+        }
+    }
     let request = manifest::RequestFiles {
-        cluster: Some(&args.cluster),
+        cluster: Some(args.cluster.as_deref().unwrap_or(&args.machine)),
         machine: Some(&args.machine),
         machine_name: args.machine_name.as_deref(),
         old: args.old.as_deref(),
@@ -75,4 +88,33 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     };
     print!("{text}");
     Ok(if decision.allowed { 0 } else { exit::DENIED })
+}
+
+/// A machine file with several machines: each against its own cluster, through the audit.
+fn eval_many(
+    args: EvalArgs,
+    machines: manifest::ManifestFile,
+    positions: &Positions,
+) -> Result<u8, Failure> {
+    if let Some(old) = &args.old {
+        return Err(usage(anyhow::anyhow!(
+            "--old {}: an UPDATE is of one machine; choose it with --machine-name",
+            old.display()
+        )));
+    }
+    let clusters = args
+        .cluster
+        .as_deref()
+        .map(manifest::ManifestFile::read)
+        .transpose()
+        .map_err(usage)?;
+    let inventory = args
+        .inventory
+        .as_deref()
+        .map(manifest::read_inventory)
+        .transpose()
+        .map_err(usage)?;
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    super::audit::eval_many(machines, clusters, inventory, &chain, args.output)
 }
