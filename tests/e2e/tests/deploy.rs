@@ -141,8 +141,16 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
     // beside the webhook's objects.
     let controller = config.join("controller").to_string_lossy().into_owned();
     let audit = kubectl.run(&["apply", "-k", &controller]);
-    assert!(audit.success, "kubectl apply -k config/controller/ failed:\n{}", audit.stderr);
-    assert!(audit.stdout.contains("configmap/nicpolicy-candidate"), "{}", audit.stdout);
+    assert!(
+        audit.success,
+        "kubectl apply -k config/controller/ failed:\n{}",
+        audit.stderr
+    );
+    assert!(
+        audit.stdout.contains("configmap/nicpolicy-candidate"),
+        "{}",
+        audit.stdout
+    );
 
     // A site's own module: copied over policy.wasm and applied again, no other edit; the
     // ConfigMap is updated in place (what the running pods hot-reload).
