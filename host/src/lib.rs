@@ -39,6 +39,9 @@
 //!   [`PolicyChain`] ([`chain`]) with errors naming the entry that failed. The CLI and the
 //!   webhook both load their policies this way.
 //! - [`RequestFiles`] ([`manifest`]): Kubernetes manifests to a policy [`plugin::Request`].
+//! - [`lifecycle::judge`]: how a decision becomes an answer that never blocks a cluster's
+//!   lifecycle (deletions, ratcheted updates, request faults, unknown clusters); the webhook,
+//!   `nicpolicy eval` and the case runner all answer through it.
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
 //!   files, suites and JUnit reports), [`error`].
 //!
@@ -75,6 +78,7 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod inspect;
+pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 #[cfg(feature = "playground")]

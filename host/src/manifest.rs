@@ -442,7 +442,8 @@ impl ManifestFile {
 /// The files `nicpolicy eval` reads, turned into one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestFiles<'a> {
-    /// File with the VCDCluster (a whole `clusterctl generate` output works).
+    /// File with the VCDCluster (a whole `clusterctl generate` output works); `None` when the
+    /// machine's cluster is not known yet ([`Request::cluster_unknown`]).
     pub cluster: Option<&'a Path>,
     /// File with the VCDMachine or VCDMachineTemplate.
     pub machine: Option<&'a Path>,
@@ -463,13 +464,13 @@ impl RequestFiles<'_> {
             found: "no file given".to_string(),
         };
         let machine = ManifestFile::read(self.machine.ok_or_else(|| missing("machine file"))?)?;
-        let cluster = ManifestFile::read(self.cluster.ok_or_else(|| missing("cluster file"))?)?;
+        let cluster = self.cluster.map(ManifestFile::read).transpose()?;
         let old = self.old.map(ManifestFile::read).transpose()?;
         let inventory = self.inventory.map(read_inventory).transpose()?;
         build_request(
             &machine,
             self.machine_name,
-            &cluster,
+            cluster.as_ref(),
             old.as_ref(),
             inventory,
         )
@@ -478,11 +479,12 @@ impl RequestFiles<'_> {
 
 /// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
 /// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
-/// file holds several.
+/// file holds several. Without a cluster file the cluster is not known yet
+/// ([`Request::cluster_unknown`]), as for a template applied before its cluster.
 pub fn build_request(
     machine_file: &ManifestFile,
     machine_name: Option<&str>,
-    cluster_file: &ManifestFile,
+    cluster_file: Option<&ManifestFile>,
     old_file: Option<&ManifestFile>,
     inventory: Option<Inventory>,
 ) -> Result<Request, ManifestError> {
@@ -491,7 +493,10 @@ pub fn build_request(
         .labels
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
         .map(String::as_str);
-    let cluster = cluster_file.cluster(cluster_name)?;
+    let cluster = match cluster_file {
+        Some(file) => file.cluster(cluster_name)?,
+        None => unknown_cluster(cluster_name.unwrap_or_default(), &machine.namespace),
+    };
     let old_machine = match old_file {
         Some(file) => {
             let (old_kind, old) = file.machine(machine_name)?;
@@ -522,7 +527,22 @@ pub fn build_request(
         cluster,
         inventory,
         settings: Value::Null,
+        cluster_unknown: cluster_file.is_none(),
+        baseline: false,
     })
+}
+
+/// What a request says of a cluster that is not known yet: the name the machine gives (may be
+/// empty) and its namespace, nothing else ([`Request::cluster_unknown`]).
+pub fn unknown_cluster(name: &str, namespace: &str) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ovdc: String::new(),
+        ovdc_network: String::new(),
+        zone_topology: None,
+        zones: Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -32,8 +32,32 @@ pub struct PolicyOptions {
 pub struct LogLine {
     /// Severity.
     pub level: LogLevel,
-    /// The text (lossy UTF-8).
+    /// The text (lossy UTF-8) with control characters escaped ([`escape_log_text`]), so it
+    /// can be printed as one line beside the host's own output.
     pub message: String,
+}
+
+/// `text` as one printable line: control characters (line breaks, escape sequences, C1
+/// controls) and the Unicode direction overrides are written as Rust escapes (`\n`,
+/// `\u{1b}`, `\u{202e}`), so a policy's log line can neither start a line of its own (a fake
+/// `error:` line) nor drive the terminal.
+pub fn escape_log_text(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The result of one evaluation.
@@ -130,6 +154,7 @@ impl Policy {
         }
         info.check_abi()?;
         let config = host.config();
+        info.code.check(&config.compile_bounds)?;
         if config.pooling && options.limits.memory_bytes > config.max_memory_bytes {
             return Err(LoadError::Limits(format!(
                 "a memory limit of {} bytes is above the host's maximum of {} bytes",
@@ -201,6 +226,13 @@ impl Policy {
         })
     }
 
+    /// The same compiled policy with another input cap ([`Limits::max_input_bytes`]).
+    pub fn with_max_input_bytes(&self, bytes: usize) -> Policy {
+        let mut policy = self.clone();
+        policy.limits.max_input_bytes = bytes;
+        policy
+    }
+
     /// What the module declares.
     pub fn info(&self) -> &ModuleInfo {
         &self.info
@@ -209,7 +241,8 @@ impl Policy {
     /// The policy's name from its metadata, or its digest when it has none.
     pub fn name(&self) -> String {
         match &self.info.metadata {
-            Some(meta) => meta.name.clone(),
+            // The name is the module's own text and ends up in logs and messages.
+            Some(meta) => escape_log_text(&meta.name).into_owned(),
             None => format!("sha256:{}", &self.info.sha256[..12]),
         }
     }
@@ -463,7 +496,7 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
     let message = memory
         .data(&caller)
         .get(start..start.saturating_add(len))
-        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .map(|bytes| escape_log_text(&String::from_utf8_lossy(bytes)).into_owned())
         .ok_or_else(|| {
             wasmtime::Error::msg(format!(
                 "nicpolicy.log: message at {start:#x} with length {len} lies outside memory"

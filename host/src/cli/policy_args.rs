@@ -161,6 +161,11 @@ pub fn load_chain(
     config.max_instances = 4;
     let host = Host::new(config).map_err(runtime)?;
     let chain = host.load_chain(specs).map_err(usage)?;
+    for policy in chain.policies() {
+        if let nicpolicy::cache::CacheStatus::Untrusted(why) = policy.cache_status() {
+            eprintln!("warning: compiled-module cache not used: {why}");
+        }
+    }
     if verbose {
         for policy in chain.policies() {
             eprintln!(

@@ -72,7 +72,11 @@ fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String
             nicpolicy::plugin::Role::Worker => "worker",
         }
     );
-    let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    if request.cluster_unknown {
+        let _ = writeln!(out, "Cluster:   (not known yet: checked without it)");
+    } else {
+        let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    }
     let policies: Vec<String> = chain
         .policies()
         .iter()

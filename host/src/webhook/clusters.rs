@@ -55,6 +55,13 @@ pub trait ClusterSource: Send + Sync {
     fn ready(&self) -> bool {
         true
     }
+
+    /// Names of the VCDClusters in `namespace`, sorted (to tell a machine without a cluster
+    /// whether the namespace's only VCDCluster was used).
+    fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
+        let _ = namespace;
+        Vec::new()
+    }
 }
 
 /// The cluster a machine object belongs to: its cluster-name label, else (templates) the
@@ -418,6 +425,17 @@ fn class_ref<'a>(value: &'a Value, at: &str) -> Option<(&'a str, &'a str)> {
 }
 
 impl ClusterSource for StaticClusters {
+    fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .vcd_clusters
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, name)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     fn vcd_cluster(&self, namespace: &str, cluster_name: &str) -> Result<Cluster, LookupError> {
         let key = (namespace.to_string(), cluster_name.to_string());
         // Files without Cluster objects (a VCDCluster alone) use the name clusterctl gives both.
@@ -546,6 +564,18 @@ impl ClusterSource for KubeClusters {
 
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .vcd_clusters
+            .state()
+            .iter()
+            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
     }
 }
 

@@ -270,8 +270,9 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
         }
     }
 
-    // Without a known primary, a required network may be the primary once the cluster is fixed.
-    if primary != Primary::Unresolved {
+    // Without a known primary (no cluster yet, or one that cannot be resolved), a required
+    // network may be the primary: checked once the machine's cluster is known and fixed.
+    if !matches!(primary, Primary::Unresolved | Primary::ClusterUnknown) {
         for name in &rules.required {
             if extras.contains(name) || primary.name() == Some(name.as_str()) {
                 continue;

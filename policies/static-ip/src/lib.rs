@@ -408,7 +408,9 @@ pub fn check_annotations(request: &Request, settings: &Settings) -> Addresses {
                 continue;
             }
         }
-        if !nics.contains(&network) {
+        // Without the cluster, a network that is not an extra one may still be NIC 0: the
+        // address is checked against the inventory, its NIC once the cluster is known.
+        if !nics.contains(&network) && primary != Primary::ClusterUnknown {
             let zone_primary = primary.candidates().iter().any(|(n, _)| *n == network);
             out.violations.push(if zone_primary {
                 fail(

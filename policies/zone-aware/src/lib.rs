@@ -215,6 +215,22 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
             map,
         })
     };
+    if request.cluster_unknown {
+        // Without the cluster only the machine's own zone and the settings are known: that
+        // zone's mapping, else the default one; without either, logical names wait for the
+        // cluster (the machine is created with its cluster label).
+        let zone = machine.failure_domain.as_deref().filter(|z| !z.is_empty());
+        let zone_map = zone.and_then(|zone| {
+            settings.zones.get(zone).map(|map| Resolved::Mapped {
+                label: format!("zone {zone:?}"),
+                map,
+            })
+        });
+        return zone_map.or_else(default).unwrap_or(Resolved::Unmapped {
+            violation: None,
+            per_name: None,
+        });
+    }
     if !cluster.is_multi_zone() {
         return default().unwrap_or_else(|| Resolved::Unmapped {
             violation: None,
@@ -424,6 +440,11 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     }
     violations.append(&mut decision.violations);
     decision.violations = violations;
+    if request.cluster_unknown && kept.len() != request.machine.extra_ovdc_networks.len() {
+        // Logical names wait for the cluster's zones: leave the machine's list as it is rather
+        // than write it back without them.
+        decision.extra_ovdc_networks = None;
+    }
     decision.finish()
 }
 
