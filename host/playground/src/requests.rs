@@ -182,8 +182,8 @@ fn entry(
     inventory: Option<&Inventory>,
 ) -> MachineEntry {
     let single = ManifestFile::from_documents(&file.path, vec![object.value.clone()]);
-    let request =
-        single.and_then(|single| build_request(&single, None, cluster, None, inventory.cloned()));
+    let request = single
+        .and_then(|single| build_request(&single, None, Some(cluster), None, inventory.cloned()));
     let (request, error) = match request {
         Ok(request) => (Some(request), None),
         Err(error) => {
