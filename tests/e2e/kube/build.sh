@@ -10,7 +10,8 @@
 # outside the clone, and are reused while go.mod, go.sum and etcd/main.go stay the same. The
 # first build downloads about 400 MB of modules and compiles for 10-15 minutes on 2 cores
 # (docs/deploy.md#end-to-end-tests); later runs take a second.
-set -euo pipefail
+# -E: the ERR trap that names the failed step also fires inside functions.
+set -Eeuo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
@@ -47,7 +48,11 @@ if ! command -v go >/dev/null; then
 fi
 
 step_name=""
-on_error() { echo "build.sh: failed step: ${step_name} (output above)" >&2; }
+staging=""
+on_error() {
+  echo "build.sh: failed step: ${step_name} (output above)" >&2
+  [[ -n "$staging" ]] && rm -rf "$staging"
+}
 trap on_error ERR
 
 # Runs one named step, timing it.

@@ -1,6 +1,7 @@
 //! config/ applied the way docs/deploy.md tells an operator to: `kubectl apply --server-side -k
-//! config/` after writing the policy module into config/nicpolicy/policy.wasm, against a real
-//! API server (with cert-manager's CRDs written for the test; nothing runs the pods).
+//! config/` after writing the policy module into config/nicpolicy/policy.wasm, then
+//! config/controller/ as docs/audit.md says, against a real API server (with cert-manager's CRDs
+//! written for the test; nothing runs the pods).
 
 use std::path::Path;
 
@@ -134,6 +135,21 @@ async fn the_kustomization_applies_as_the_deploy_guide_says() {
     assert_eq!(
         deployment["spec"]["template"]["spec"]["serviceAccountName"],
         "nicpolicy-webhook"
+    );
+
+    // Then the controller, as docs/audit.md says: its PolicyReport CRD, RBAC and Deployment
+    // beside the webhook's objects.
+    let controller = config.join("controller").to_string_lossy().into_owned();
+    let audit = kubectl.run(&["apply", "-k", &controller]);
+    assert!(
+        audit.success,
+        "kubectl apply -k config/controller/ failed:\n{}",
+        audit.stderr
+    );
+    assert!(
+        audit.stdout.contains("configmap/nicpolicy-candidate"),
+        "{}",
+        audit.stdout
     );
 
     // A site's own module: copied over policy.wasm and applied again, no other edit; the
