@@ -54,6 +54,9 @@
 //!   embedded (`builtin`, `builtin:NAME` sources). Off, nothing is built inside your build.
 //! - `webhook` (default): the admission webhook of `nicpolicy serve` (`webhook`): axum, kube,
 //!   rustls, tokio.
+//! - `playground` (default): the page of `nicpolicy playground` ([`playground`]), built by
+//!   `build.rs` (the policies' JS builds and the manifest reader of `host/playground`) and
+//!   embedded.
 //! - `cli` (default): the `nicpolicy` binary.
 //!
 //! `default-features = false` leaves the core: load, limits, evaluate, chains, manifests.
@@ -74,6 +77,8 @@ pub mod error;
 pub mod inspect;
 pub mod limits;
 pub mod manifest;
+#[cfg(feature = "playground")]
+pub mod playground;
 pub mod policy;
 pub mod spec;
 #[cfg(feature = "webhook")]

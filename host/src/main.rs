@@ -48,6 +48,9 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Serve the playground page: paste manifests, see every machine's NICs drawn and decided
+    /// by the built-in policies, in the browser.
+    Playground(cli::playground::PlaygroundArgs),
     /// Evaluate every machine and machine template of manifest folders or of a live cluster,
     /// grouped by cluster, optionally beside a candidate chain (shadow mode).
     Audit(cli::audit::AuditArgs),
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
         Command::Controller(args) => cli::controller::run(args),
     };
