@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
-# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime).
+# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
+# the starter site policy, the playground page in headless Chromium, then the end-to-end suites
+# against a real kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,6 +33,29 @@ wasm-bindgen --target nodejs --out-dir target/js/pkg \
   target/js/wasm32-unknown-unknown/policy-js/nicpolicy_capvcd.wasm
 node examples/js/evaluate.mjs target/js/pkg
 node --test examples/js/check-parity.mjs
+
+# The starter site policy, exactly as the README's "Writing a policy" builds it (a workspace of
+# its own; its target directory sits beside the others).
+site_target="$PWD/target/site-policy"
+nicpolicy_bin="$(cd "$(dirname "$nicpolicy")" && pwd)/nicpolicy"
+site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
+(
+  cd examples/site-policy
+  CARGO_TARGET_DIR="$site_target" cargo test
+  CARGO_TARGET_DIR="$site_target" cargo build --release --target wasm32-unknown-unknown
+  "$nicpolicy_bin" inspect "$site_wasm"
+  "$nicpolicy_bin" test --policy "$site_wasm" cases/
+)
+
+# End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
+# modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
+tests/e2e/run.sh
+
+# The playground page in headless Chromium (Debian's `chromium`; playwright-core never downloads a
+# browser), served by the binary `cargo test` built and checked against its decisions.
+# Screenshots: target/playground-screenshots/.
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/playground --no-audit --no-fund
+NICPOLICY_BIN="$nicpolicy" node --test --test-concurrency=1 tests/playground/browser.test.mjs
 
 # The Kubewarden builds through a waPC host built like policy-server (its own Cargo workspace:
 # the Wasmtime features of wasmtime-provider stay out of the host's build), every case suite

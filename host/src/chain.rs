@@ -6,7 +6,7 @@
 //! - **Mutation flows forward.** When a policy writes back `extraOvdcNetworks` (a defaulting
 //!   policy), the policies after it see that list as `request.machine.extraOvdcNetworks`, as the
 //!   API server would after a mutating webhook.
-//! - **`allowed`** only if every policy allows.
+//! - **`allowed`** only if every policy allows; **`strict`** if any policy's decision is.
 //! - **`violations` and `warnings`**: every policy's, in chain order. In a chain of two or more
 //!   policies each message is prefixed with the name of the policy that made it, in brackets:
 //!   `[nic-limit] 5 NICs requested ...`. The `field` and `reason` of a violation are never
@@ -151,6 +151,17 @@ impl PolicyChain {
             .join(" -> ")
     }
 
+    /// The same chain with another input cap for every policy.
+    pub fn with_max_input_bytes(&self, bytes: usize) -> PolicyChain {
+        PolicyChain {
+            policies: self
+                .policies
+                .iter()
+                .map(|p| p.with_max_input_bytes(bytes))
+                .collect(),
+        }
+    }
+
     /// The same chain with other settings for its first policy, checked by that policy.
     ///
     /// # Errors
@@ -195,6 +206,7 @@ impl PolicyChain {
             })?;
             let decision = &evaluation.decision;
             combined.allowed &= decision.allowed;
+            combined.strict |= decision.strict;
             combined
                 .violations
                 .extend(decision.violations.iter().map(|v| Violation {

@@ -7,7 +7,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use crate::cache::{self, CacheStatus, ModuleCache};
 use crate::error::LoadError;
-use crate::limits::Limits;
+use crate::limits::{CompileBounds, Limits};
 use crate::policy::{Policy, PolicyOptions};
 
 /// How the host's engine is set up. The defaults fit a webhook and the CLI alike.
@@ -29,6 +29,9 @@ pub struct HostConfig {
     /// Bytes at the start of each freed memory slot kept resident for the next instance
     /// (pooling only). Pages above it are given back to the kernel and fault in again.
     pub keep_resident_bytes: usize,
+    /// Bounds on a module's code, checked before compiling so that a compile stays within the
+    /// process's memory.
+    pub compile_bounds: CompileBounds,
     /// Reset a freed slot by scanning for the pages the instance dirtied and restoring only
     /// those (Linux 6.7+ `PAGEMAP_SCAN`; ignored elsewhere). Off: `memset` all of
     /// [`HostConfig::keep_resident_bytes`].
@@ -55,6 +58,7 @@ impl Default for HostConfig {
             compile_timeout: Self::DEFAULT_COMPILE_TIMEOUT,
             keep_resident_bytes: Self::DEFAULT_KEEP_RESIDENT_BYTES,
             reset_dirty_pages_only: true,
+            compile_bounds: CompileBounds::default(),
         }
     }
 }

@@ -24,6 +24,17 @@ pub enum LoadError {
         /// The limit.
         limit: usize,
     },
+    /// The module holds more code than a compile may take on: compiling it could use more
+    /// memory than the webhook's pod has. Refused before compiling.
+    #[error("the module has {found} {what}, over the limit of {limit} for a policy module (compiling it would take too much memory)")]
+    TooComplex {
+        /// What is counted, such as "functions".
+        what: &'static str,
+        /// How many the module has.
+        found: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The bytes are not a WebAssembly binary module.
     #[error("not a WebAssembly module: {0}")]
     NotWasm(String),
@@ -169,6 +180,14 @@ pub enum EvalError {
 }
 
 impl EvalError {
+    /// Whether the request caused the failure (its size or shape), not the policy or the host.
+    /// Such a failure is the request's fault: it is answered as a denial, whatever the
+    /// webhook's `onPolicyFailure` says; fail-open is only for faults of the policy or the host
+    /// (trap, time limit, memory cap, bad output).
+    pub fn is_request_fault(&self) -> bool {
+        matches!(self, EvalError::InputTooLarge { .. })
+    }
+
     /// A short stable name for the kind of failure (for metrics and logs).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -27,6 +27,51 @@ pub struct ModuleInfo {
     pub imports: Vec<Item>,
     /// Every export.
     pub exports: Vec<Item>,
+    /// How much code the module holds: what compiling it costs.
+    pub code: CodeShape,
+}
+
+/// The size of a module's code, which bounds the memory and time a compile takes (Cranelift
+/// compiles function by function and keeps every compiled function until the module is done).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeShape {
+    /// Functions defined by the module (imports excluded).
+    pub functions: u64,
+    /// Bytes of the code section.
+    pub code_bytes: u64,
+    /// Bytes of the largest function body.
+    pub largest_function_bytes: u64,
+    /// Most locals one function declares (parameters excluded).
+    pub most_locals: u64,
+}
+
+impl CodeShape {
+    /// Refuses a module whose code is over one of the [compile bounds](crate::limits::CompileBounds).
+    ///
+    /// # Errors
+    /// [`LoadError::TooComplex`] naming the first bound exceeded.
+    pub fn check(&self, bounds: &crate::limits::CompileBounds) -> Result<(), LoadError> {
+        let checks = [
+            ("functions", self.functions, bounds.max_functions),
+            ("bytes of code", self.code_bytes, bounds.max_code_bytes),
+            (
+                "bytes in its largest function",
+                self.largest_function_bytes,
+                bounds.max_function_bytes,
+            ),
+            (
+                "locals in one function",
+                self.most_locals,
+                bounds.max_locals,
+            ),
+        ];
+        for (what, found, limit) in checks {
+            if found > limit {
+                return Err(LoadError::TooComplex { what, found, limit });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One import or export with its type.
@@ -131,17 +176,18 @@ fn not_wasm_hint(bytes: &[u8]) -> &'static str {
 
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
-    if bytes.len() > MAX_MODULE_BYTES {
-        return Err(LoadError::TooLarge {
-            size: bytes.len(),
-            limit: MAX_MODULE_BYTES,
-        });
-    }
+    // The magic first: a native library is named as one, however large.
     if !bytes.starts_with(b"\0asm") {
         let hint = not_wasm_hint(bytes);
         return Err(LoadError::NotWasm(format!(
             "the file does not start with the Wasm magic bytes \\0asm{hint}"
         )));
+    }
+    if bytes.len() > MAX_MODULE_BYTES {
+        return Err(LoadError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MODULE_BYTES,
+        });
     }
     // Function types by type index; `None` for non-function types.
     let mut types: Vec<Option<ItemType>> = Vec::new();
@@ -152,6 +198,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     let mut metadata = None;
     let mut kubewarden_metadata = None;
     let mut raw_exports = Vec::new();
+    let mut code = CodeShape::default();
 
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
@@ -204,6 +251,19 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                     raw_exports.push((export.name.to_string(), export.kind, export.index));
                 }
             }
+            Payload::CodeSectionStart { count, size, .. } => {
+                code.functions = u64::from(count);
+                code.code_bytes = u64::from(size);
+            }
+            Payload::CodeSectionEntry(body) => {
+                let bytes = body.range().len() as u64;
+                code.largest_function_bytes = code.largest_function_bytes.max(bytes);
+                let mut locals = 0u64;
+                for group in body.get_locals_reader().map_err(invalid)? {
+                    locals = locals.saturating_add(u64::from(group.map_err(invalid)?.0));
+                }
+                code.most_locals = code.most_locals.max(locals);
+            }
             Payload::CustomSection(section) if section.name() == abi::METADATA_SECTION => {
                 let parsed: Metadata = serde_json::from_slice(section.data())
                     .map_err(|err| LoadError::BadMetadata(err.to_string()))?;
@@ -243,6 +303,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
         kubewarden: kubewarden_metadata,
         imports,
         exports,
+        code,
     })
 }
 

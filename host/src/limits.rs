@@ -7,6 +7,37 @@ use std::time::Duration;
 /// policies are far smaller: the built-in CAPVCD module is a few hundred KiB.
 pub const MAX_MODULE_BYTES: usize = 8 << 20;
 
+/// Bounds on the code of a policy module, checked before it is compiled (see
+/// [`CodeShape::check`](crate::inspect::CodeShape::check)). A compile's memory grows with the
+/// number of functions (every compiled function is kept until the module is linked) and with
+/// the size and locals of the largest function (Cranelift's working set); these keep the worst
+/// module that is still accepted well inside the shipped Deployment's 256 MiB
+/// (docs/benchmarks.md, "Compiling a policy"). Real policies are far below them: the built-in
+/// policies have under 300 functions, under 240 KiB of code, no function over 41 KiB and no
+/// more than 66 locals in one function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileBounds {
+    /// Most functions a module may define.
+    pub max_functions: u64,
+    /// Largest code section, in bytes.
+    pub max_code_bytes: u64,
+    /// Largest function body, in bytes.
+    pub max_function_bytes: u64,
+    /// Most locals one function may declare.
+    pub max_locals: u64,
+}
+
+impl Default for CompileBounds {
+    fn default() -> Self {
+        CompileBounds {
+            max_functions: 5_000,
+            max_code_bytes: 1536 << 10,
+            max_function_bytes: 128 << 10,
+            max_locals: 2_000,
+        }
+    }
+}
+
 /// Limits applied to every call into a policy.
 ///
 /// The defaults suit an admission webhook: a CAPVCD evaluation takes tens of microseconds and
@@ -43,6 +74,12 @@ impl Limits {
     /// Sets the memory cap.
     pub fn with_memory_bytes(mut self, bytes: usize) -> Self {
         self.memory_bytes = bytes;
+        self
+    }
+
+    /// Sets the input cap.
+    pub fn with_max_input_bytes(mut self, bytes: usize) -> Self {
+        self.max_input_bytes = bytes;
         self
     }
 }

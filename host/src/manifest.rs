@@ -162,7 +162,8 @@ impl ManifestFile {
                             })
                         }
                     };
-                    for (j, item) in items.into_iter().enumerate() {
+                    for (j, mut item) in items.into_iter().enumerate() {
+                        drop_nulls(&mut item);
                         objects.push(Object {
                             value: item,
                             position: join(&position, &format!("items[{j}]")),
@@ -170,7 +171,10 @@ impl ManifestFile {
                     }
                 }
                 (_, Value::Null) => {}
-                (_, value) => objects.push(Object { value, position }),
+                (_, mut value) => {
+                    drop_nulls(&mut value);
+                    objects.push(Object { value, position })
+                }
             }
         }
         Ok(ManifestFile {
@@ -226,15 +230,15 @@ impl ManifestFile {
     /// The one machine (VCDMachine or VCDMachineTemplate) in the file; `name` picks one when
     /// there are several.
     pub fn machine(&self, name: Option<&str>) -> Result<(ObjectKind, Machine), ManifestError> {
-        let object = self.machine_object(name)?;
-        machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
+        let object = self.find_machine(name)?;
+        self.machine_object(object)
     }
 
     /// The object [`ManifestFile::machine`] reads, as it stands in the file.
     ///
     /// # Errors
     /// As for [`ManifestFile::machine`]: no such machine, or several and no name.
-    pub fn machine_object(&self, name: Option<&str>) -> Result<&Object, ManifestError> {
+    pub fn find_machine(&self, name: Option<&str>) -> Result<&Object, ManifestError> {
         const KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
         let candidates: Vec<&Object> = self
             .of_kinds(&KINDS)
@@ -267,6 +271,15 @@ impl ManifestFile {
             }
         };
         Ok(object)
+    }
+
+    /// Reads `object` (a VCDMachine or VCDMachineTemplate of this file) into the schema's
+    /// machine.
+    ///
+    /// # Errors
+    /// The field at fault, with the object's place in the file.
+    pub fn machine_object(&self, object: &Object) -> Result<(ObjectKind, Machine), ManifestError> {
+        machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 
     /// The VCDCluster in the file; `cluster_name` (the machine's cluster-name label) picks one
@@ -306,7 +319,26 @@ impl ManifestFile {
                     }
                 }
             };
+        self.cluster_object(object)
+    }
+
+    /// Reads `object` (a VCDCluster of this file) into the schema's cluster.
+    pub fn cluster_object(&self, object: &Object) -> Result<Cluster, ManifestError> {
         cluster_from_object(&object.value).map_err(|err| self.object_error(object, err))
+    }
+}
+
+/// Removes the fields whose value is `null`, at every depth, so objects read as kubectl reads
+/// them: CAPVCD's own samples write `spec:` followed only by a comment, which YAML reads as a
+/// null spec and the API server (Go's JSON decoding) as an empty one.
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
     }
 }
 
@@ -422,7 +454,8 @@ impl ManifestFile {
 /// The files `nicpolicy eval` reads, turned into one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestFiles<'a> {
-    /// File with the VCDCluster (a whole `clusterctl generate` output works).
+    /// File with the VCDCluster (a whole `clusterctl generate` output works); `None` when the
+    /// machine's cluster is not known yet ([`Request::cluster_unknown`]).
     pub cluster: Option<&'a Path>,
     /// File with the VCDMachine or VCDMachineTemplate.
     pub machine: Option<&'a Path>,
@@ -443,13 +476,13 @@ impl RequestFiles<'_> {
             found: "no file given".to_string(),
         };
         let machine = ManifestFile::read(self.machine.ok_or_else(|| missing("machine file"))?)?;
-        let cluster = ManifestFile::read(self.cluster.ok_or_else(|| missing("cluster file"))?)?;
+        let cluster = self.cluster.map(ManifestFile::read).transpose()?;
         let old = self.old.map(ManifestFile::read).transpose()?;
         let inventory = self.inventory.map(read_inventory).transpose()?;
         build_request(
             &machine,
             self.machine_name,
-            &cluster,
+            cluster.as_ref(),
             old.as_ref(),
             inventory,
         )
@@ -458,11 +491,12 @@ impl RequestFiles<'_> {
 
 /// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
 /// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
-/// file holds several.
+/// file holds several. Without a cluster file the cluster is not known yet
+/// ([`Request::cluster_unknown`]), as for a template applied before its cluster.
 pub fn build_request(
     machine_file: &ManifestFile,
     machine_name: Option<&str>,
-    cluster_file: &ManifestFile,
+    cluster_file: Option<&ManifestFile>,
     old_file: Option<&ManifestFile>,
     inventory: Option<Inventory>,
 ) -> Result<Request, ManifestError> {
@@ -471,7 +505,10 @@ pub fn build_request(
         .labels
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
         .map(String::as_str);
-    let cluster = cluster_file.cluster(cluster_name)?;
+    let cluster = match cluster_file {
+        Some(file) => file.cluster(cluster_name)?,
+        None => unknown_cluster(cluster_name.unwrap_or_default(), &machine.namespace),
+    };
     let old_machine = match old_file {
         Some(file) => {
             let (old_kind, old) = file.machine(machine_name)?;
@@ -502,7 +539,22 @@ pub fn build_request(
         cluster,
         inventory,
         settings: Value::Null,
+        cluster_unknown: cluster_file.is_none(),
+        baseline: false,
     })
+}
+
+/// What a request says of a cluster that is not known yet: the name the machine gives (may be
+/// empty) and its namespace, nothing else ([`Request::cluster_unknown`]).
+pub fn unknown_cluster(name: &str, namespace: &str) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ovdc: String::new(),
+        ovdc_network: String::new(),
+        zone_topology: None,
+        zones: Vec::new(),
+    }
 }
 
 #[cfg(test)]

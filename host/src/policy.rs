@@ -3,9 +3,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
-use nicpolicy_plugin::schema::SettingsValidation;
+use nicpolicy_plugin::schema::{EvaluateOutput, SettingsValidation};
 use nicpolicy_plugin::{Decision, Request};
-use serde::Deserialize;
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -33,8 +32,32 @@ pub struct PolicyOptions {
 pub struct LogLine {
     /// Severity.
     pub level: LogLevel,
-    /// The text (lossy UTF-8).
+    /// The text (lossy UTF-8) with control characters escaped ([`escape_log_text`]), so it
+    /// can be printed as one line beside the host's own output.
     pub message: String,
+}
+
+/// `text` as one printable line: control characters (line breaks, escape sequences, C1
+/// controls) and the Unicode direction overrides are written as Rust escapes (`\n`,
+/// `\u{1b}`, `\u{202e}`), so a policy's log line can neither start a line of its own (a fake
+/// `error:` line) nor drive the terminal.
+pub fn escape_log_text(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The result of one evaluation.
@@ -131,6 +154,7 @@ impl Policy {
         }
         info.check_abi()?;
         let config = host.config();
+        info.code.check(&config.compile_bounds)?;
         if config.pooling && options.limits.memory_bytes > config.max_memory_bytes {
             return Err(LoadError::Limits(format!(
                 "a memory limit of {} bytes is above the host's maximum of {} bytes",
@@ -202,6 +226,13 @@ impl Policy {
         })
     }
 
+    /// The same compiled policy with another input cap ([`Limits::max_input_bytes`]).
+    pub fn with_max_input_bytes(&self, bytes: usize) -> Policy {
+        let mut policy = self.clone();
+        policy.limits.max_input_bytes = bytes;
+        policy
+    }
+
     /// What the module declares.
     pub fn info(&self) -> &ModuleInfo {
         &self.info
@@ -210,7 +241,8 @@ impl Policy {
     /// The policy's name from its metadata, or its digest when it has none.
     pub fn name(&self) -> String {
         match &self.info.metadata {
-            Some(meta) => meta.name.clone(),
+            // The name is the module's own text and ends up in logs and messages.
+            Some(meta) => escape_log_text(&meta.name).into_owned(),
             None => format!("sha256:{}", &self.info.sha256[..12]),
         }
     }
@@ -464,7 +496,7 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
     let message = memory
         .data(&caller)
         .get(start..start.saturating_add(len))
-        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .map(|bytes| escape_log_text(&String::from_utf8_lossy(bytes)).into_owned())
         .ok_or_else(|| {
             wasmtime::Error::msg(format!(
                 "nicpolicy.log: message at {start:#x} with length {len} lies outside memory"
@@ -475,11 +507,6 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
         message,
     });
     Ok(())
-}
-
-#[derive(Deserialize)]
-struct ErrorEnvelope {
-    error: String,
 }
 
 /// Reads a decision (or an error envelope) and checks that it is coherent.
@@ -496,8 +523,9 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
             decision
         }
         Err(err) => {
-            if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(text) {
-                return Err(EvalError::Policy(envelope.error));
+            // Not a decision: the error envelope of the schema, or garbage.
+            if let Ok(EvaluateOutput::Error { error }) = serde_json::from_str(text) {
+                return Err(EvalError::Policy(error));
             }
             let path = err.path().to_string();
             let at = if path == "." {

@@ -642,5 +642,343 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
         stderr(&output).contains("Kubewarden (waPC)"),
         "{}",
         stderr(&output)
+/// `examples/machine.yaml` with its extra networks replaced by `extras` (YAML list items) and
+/// `metadata` lines added.
+fn example_machine(name: &str, extras: &[&str], metadata: &str) -> String {
+    let text = std::fs::read_to_string(workspace().join("examples/machine.yaml"))
+        .expect("example")
+        .replace(
+            "  extraOvdcNetworks:\n    - storage-net\n    - workload-net\n",
+            &format!("  extraOvdcNetworks: [{}]\n", extras.join(", ")),
+        )
+        .replace("metadata:\n", &format!("metadata:\n{metadata}"));
+    scratch(name, text.as_bytes())
+}
+
+#[test]
+fn eval_old_judges_an_update_by_what_it_changes() {
+    let old = example_machine("stored-dup-old.yaml", &["storage-net", "storage-net"], "");
+    let relabelled = example_machine(
+        "stored-dup-new.yaml",
+        &["storage-net", "storage-net"],
+        "  annotations: {platform.example.net/drain: \"true\"}\n",
+    );
+    let eval = |machine: &str, old: &str| {
+        nicpolicy(&[
+            "eval",
+            "--cluster",
+            "examples/cluster.yaml",
+            "--machine",
+            machine,
+            "--old",
+            old,
+        ])
+    };
+    // The stored duplicate is a warning; the UPDATE is allowed.
+    let out = eval(&relabelled, &old);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "pre-existing violation, not enforced on this update: spec.extraOvdcNetworks[1]: Duplicate value"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // A CREATE of the same machine is denied.
+    let out = eval_machine(&relabelled);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    // An UPDATE adding a violation is denied for it.
+    let worse = example_machine(
+        "stored-dup-worse.yaml",
+        &["storage-net", "storage-net", "mgmt-net"],
+        "",
+    );
+    let out = eval(&worse, &old);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("spec.extraOvdcNetworks[2] (Duplicate)"));
+    assert!(!stdout(&out).contains("spec.extraOvdcNetworks[1] (Duplicate)"));
+    // Being deleted: never denied.
+    let deleting = example_machine(
+        "stored-dup-deleting.yaml",
+        &["storage-net", "storage-net", "mgmt-net"],
+        "  deletionTimestamp: \"2026-12-03T16:20:00Z\"\n",
+    );
+    let out = eval(&deleting, &old);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("not enforced, the object is being deleted"));
+}
+
+#[test]
+fn eval_without_cluster_checks_what_needs_none() {
+    let template = scratch(
+        "template-without-cluster.yaml",
+        b"apiVersion: infrastructure.cluster.x-k8s.io/v1beta3
+kind: VCDMachineTemplate
+metadata: {name: prod-eu1-md-0, namespace: prod-eu1}
+spec:
+  template:
+    spec: {extraOvdcNetworks: [storage-net, workload-net]}
+",
+    );
+    let out = nicpolicy(&["eval", "--machine", &template]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Cluster:   (not known yet"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("1 ") && l.contains("storage-net")),
+        "{text}"
+    );
+}
+
+#[test]
+fn policy_log_lines_cannot_forge_output() {
+    // Logs "ok\nerror: forged\x1b[2J" and allows.
+    let wasm = wat::parse_str(
+        r#"(module
+          (import "nicpolicy" "log" (func $log (param i32 i32 i32)))
+          (memory (export "memory") 1)
+          (data (i32.const 16) "{\"valid\":true}")
+          (data (i32.const 48) "{\"allowed\":true}")
+          (data (i32.const 96) "ok\nerror: forged\1b[2J")
+          (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+          (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+          (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+            i64.const 68719476750)
+          (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
+            (call $log (i32.const 3) (i32.const 96) (i32.const 20))
+            i64.const 206158430224))"#,
+    )
+    .expect("valid wat");
+    let policy = scratch("forging-log.wasm", &wasm);
+    let mut args = EXAMPLE.to_vec();
+    args.extend(["--policy", &policy, "-v"]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(r"policy log [Error]: ok\nerror: forged\u{1b}[2J"),
+        "{err}"
+    );
+    assert!(!err.lines().any(|l| l.starts_with("error:")), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+}
+
+/// The cache directory's entries, sorted by modification time (oldest first).
+fn cache_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)
+        .expect("cache dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .map(|p| (std::fs::metadata(&p).unwrap().modified().unwrap(), p))
+        .collect();
+    entries.sort();
+    entries.into_iter().map(|(_, p)| p).collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_that_is_not_private_is_never_loaded() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shared-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    let with_cache = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+            .args(args)
+            .current_dir(workspace())
+            .env("NICPOLICY_CACHE_DIR", &dir)
+            .output()
+            .expect("nicpolicy runs")
+    };
+    let invalid = [
+        "eval",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/invalid-machine.yaml",
+    ];
+    // Fill the cache: the CAPVCD policy first, then a module that allows everything.
+    assert_eq!(with_cache(&invalid).status.code(), Some(1));
+    let capvcd_entry = cache_entries(&dir).pop().expect("CAPVCD entry");
+    let allow_all = scratch(
+        "allow-all.wasm",
+        &wat::parse_str(
+            r#"(module
+              (memory (export "memory") 1)
+              (data (i32.const 16) "{\"valid\":true}")
+              (data (i32.const 48) "{\"allowed\":true}")
+              (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+              (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+              (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+                i64.const 68719476750)
+              (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
+                i64.const 206158430224))"#,
+        )
+        .expect("valid wat"),
+    );
+    let mut args = invalid.to_vec();
+    args.extend(["--policy", &allow_all]);
+    assert_eq!(with_cache(&args).status.code(), Some(0));
+    let planted = cache_entries(&dir)
+        .into_iter()
+        .find(|p| *p != capvcd_entry)
+        .expect("allow-all entry");
+
+    // Someone who can write the directory puts the allow-all code in the CAPVCD entry.
+    std::fs::copy(&planted, &capvcd_entry).expect("plant");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = with_cache(&invalid);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the planted module ran: {}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("compiled-module cache not used")
+            && stderr(&out).contains("writable by its group or others (mode 777)"),
+        "{}",
+        stderr(&out)
+    );
+    // A private directory, but the file belongs to another user.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    chown(&capvcd_entry, Some(4242), Some(4242)).expect("chown (tests run as root)");
+    let out = with_cache(&invalid);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the planted module ran: {}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("belongs to uid 4242"),
+        "{}",
+        stderr(&out)
+    );
+    // A group-writable file in a private directory.
+    chown(&capvcd_entry, Some(own_uid()), None).expect("chown back");
+    std::fs::set_permissions(&capvcd_entry, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let out = with_cache(&invalid);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the planted module ran: {}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("mode 664"), "{}", stderr(&out));
+    // The trust boundary: a private cache is used as it is, planted file and all. (This is
+    // what the checks above keep a shared directory from doing.)
+    std::fs::set_permissions(&capvcd_entry, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = with_cache(&invalid);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("cache not used"), "{}", stderr(&out));
+}
+
+/// This process's uid, read from a file it creates (no `unsafe` needed for `geteuid`).
+fn own_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let probe = scratch("uid-probe", b"");
+    std::fs::metadata(probe).expect("probe").uid()
+}
+
+#[test]
+fn playground_out_writes_the_page_for_a_static_server() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground-out");
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = nicpolicy(&["playground", "--out", dir.to_str().expect("UTF-8 path")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let index = std::fs::read_to_string(dir.join("index.html")).expect("index.html");
+    assert!(index.contains("app.js"), "{index}");
+    let policies = std::fs::read_to_string(dir.join("pkg/policies.json")).expect("policies.json");
+    for name in ["capvcd", "role-based", "zone-aware", "static-ip"] {
+        assert!(policies.contains(&format!("\"{name}\"")), "{policies}");
+    }
+    let wasm = std::fs::read(dir.join("pkg/nicpolicy_capvcd_bg.wasm")).expect("the JS build");
+    assert_eq!(&wasm[..4], b"\0asm");
+    assert!(dir.join("examples/cluster.yaml").is_file());
+}
+
+#[test]
+fn playground_serves_the_page_until_stopped() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+        .args(["playground", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("nicpolicy runs");
+    let mut line = String::new();
+    let stdout_pipe = server.stdout.take().expect("stdout");
+    BufReader::new(stdout_pipe)
+        .read_line(&mut line)
+        .expect("the URL line");
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let get = |path: &str| {
+        let mut stream = TcpStream::connect(&address).expect("connects");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("request sent");
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).expect("response");
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    let index = get("/");
+    let wasm = get("/pkg/nicpolicy_playground_bg.wasm");
+    let missing = get("/../Cargo.toml");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(index.starts_with("HTTP/1.1 200"), "{index}");
+    assert!(index.contains("content-type: text/html"), "{index}");
+    assert!(index.contains("wasm-unsafe-eval"), "{index}");
+    assert!(wasm.contains("content-type: application/wasm"), "{wasm}");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+}
+
+#[test]
+fn playground_refuses_listen_and_out_together() {
+    let output = nicpolicy(&["playground", "--listen", "127.0.0.1:0", "--out", "x"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}
+
+#[test]
+fn a_native_library_given_as_a_policy_says_how_to_build_one() {
+    // The start of a Linux shared object, as `cargo build` writes it for the host.
+    let library = scratch(
+        "libmy_site_policy.so",
+        b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0",
+    );
+    let out = nicpolicy(&["inspect", &library]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("native library") && err.contains("--target wasm32-unknown-unknown"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refused_settings_name_the_file_and_the_nested_field() {
+    let settings = scratch(
+        "capvcd-typo.yaml",
+        b"networks:\n  storage-net: {ipAllocationMod: DHCP}\n",
+    );
+    let mut args = EXAMPLE.to_vec();
+    args.extend(["--settings", &settings]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("settings in {settings} refused by the policy"))
+            && err.contains("networks.storage-net: unknown field `ipAllocationMod`"),
+        "{err}"
     );
 }

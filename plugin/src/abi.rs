@@ -138,6 +138,10 @@ pub const fn plain_text(value: &str) -> &str {
 /// # fn main() {}
 /// ```
 ///
+/// The typed form also defines `pub fn evaluate_request(&Request) -> Decision` beside the
+/// policy: the policy as the host runs it, settings read from the request, for native callers
+/// and unit tests.
+///
 /// The hand-written form takes the evaluate function and a settings check of the raw JSON:
 ///
 /// ```
@@ -173,8 +177,10 @@ macro_rules! export_policy {
         $crate::export_policy!($evaluate, $crate::guest::accept_any_settings);
     };
     ($evaluate:path, settings: $settings:ty) => {
-        /// The request's settings read as the policy's type, then the policy.
-        fn nicpolicy_typed_evaluate(request: &$crate::Request) -> $crate::Decision {
+        /// The policy as the host runs it: the request's settings read as the policy's
+        /// settings type (unreadable ones denied with the reason), then the policy. For native
+        /// callers and unit tests.
+        pub fn evaluate_request(request: &$crate::Request) -> $crate::Decision {
             $crate::settings::evaluate::<$settings>(request, $evaluate)
         }
 
@@ -185,7 +191,7 @@ macro_rules! export_policy {
             $crate::settings::validate::<$settings>(settings)
         }
 
-        $crate::export_policy!(nicpolicy_typed_evaluate, nicpolicy_typed_validate_settings);
+        $crate::export_policy!(evaluate_request, nicpolicy_typed_validate_settings);
     };
     ($evaluate:path, $validate_settings:path) => {
         /// The policy's JavaScript entry points (wasm-bindgen), with the `js` feature.

@@ -200,6 +200,10 @@ pub enum Primary {
     /// Cannot be resolved; [`resolve_primary`] returned the violation that says why. The rules
     /// about the extra networks still run.
     Unresolved,
+    /// The machine's VCDCluster is not known yet ([`Request::cluster_unknown`]): NIC 0 and the
+    /// rules that need it are left for when the machine is created with its cluster label. The
+    /// rules about the extra networks still run, and the plan lists the extra NICs only.
+    ClusterUnknown,
 }
 
 /// The primary network of one zone.
@@ -222,7 +226,7 @@ impl Primary {
                 .iter()
                 .map(|z| (z.network.as_str(), z.field.as_str()))
                 .collect(),
-            Primary::Unresolved => Vec::new(),
+            Primary::Unresolved | Primary::ClusterUnknown => Vec::new(),
         }
     }
 
@@ -230,14 +234,18 @@ impl Primary {
     pub fn name(&self) -> Option<&str> {
         match self {
             Primary::Network { name, .. } => Some(name),
-            Primary::ZoneDependent(_) | Primary::Unresolved => None,
+            Primary::ZoneDependent(_) | Primary::Unresolved | Primary::ClusterUnknown => None,
         }
     }
 }
 
 /// Resolves NIC 0 the way CAPVCD does: `spec.ovdcNetwork` of a single-zone cluster, or the
-/// `ovdcNetworkName` of the machine's failure-domain zone.
+/// `ovdcNetworkName` of the machine's failure-domain zone; [`Primary::ClusterUnknown`] when the
+/// request says the cluster is not known yet.
 pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, Violation> {
+    if request.cluster_unknown {
+        return Ok(Primary::ClusterUnknown);
+    }
     let cluster = &request.cluster;
     let spec = request.kind.spec_path();
     if !cluster.is_multi_zone() {
@@ -534,7 +542,7 @@ fn check_primary_repeated_at(
                 ),
                 None => continue,
             },
-            Primary::Network { .. } | Primary::Unresolved => continue,
+            Primary::Network { .. } | Primary::Unresolved | Primary::ClusterUnknown => continue,
         };
         violations.push(Violation::new(fields.at(i), Reason::Duplicate, message));
     }
@@ -845,7 +853,7 @@ pub fn advise(request: &Request, settings: &Settings, primary: &Primary) -> Vec<
             choices.join(", ")
         ));
     }
-    if !request.cluster.is_multi_zone() {
+    if !request.cluster.is_multi_zone() && !request.cluster_unknown {
         if let Some(domain) = request.machine.failure_domain.as_deref() {
             if !domain.is_empty() {
                 warnings.push(format!(
@@ -934,6 +942,7 @@ pub fn evaluate_fields(
         extra_ovdc_networks: Some(request.machine.extra_ovdc_networks.clone()),
         violations,
         warnings,
+        strict: false,
     }
 }
 

@@ -126,6 +126,7 @@ pub fn machine_from_object(object: &Value) -> Result<(ObjectKind, Machine), Fiel
                 failure_domain: m.spec.failure_domain,
                 extra_ovdc_networks: m.spec.extra_ovdc_networks.unwrap_or_default(),
                 provider_id: m.spec.provider_id,
+                deletion_timestamp: m.metadata.deletion_timestamp,
             }
         }
         ObjectKind::VcdMachineTemplate => {
@@ -144,6 +145,7 @@ pub fn machine_from_object(object: &Value) -> Result<(ObjectKind, Machine), Fiel
                 failure_domain: inner.spec.failure_domain,
                 extra_ovdc_networks: inner.spec.extra_ovdc_networks.unwrap_or_default(),
                 provider_id: inner.spec.provider_id,
+                deletion_timestamp: t.metadata.deletion_timestamp,
             }
         }
     };
@@ -370,6 +372,7 @@ mod crd {
         pub namespace: Option<String>,
         pub labels: Option<BTreeMap<String, String>>,
         pub annotations: Option<BTreeMap<String, String>>,
+        pub deletion_timestamp: Option<String>,
     }
 
     #[derive(Deserialize, Default)]

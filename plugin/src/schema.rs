@@ -36,21 +36,68 @@ pub struct Request {
     /// The policy's own settings, as configured by the site (JSON `null` when none).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub settings: Value,
+    /// The machine's VCDCluster is not known yet: the machine names no cluster (a
+    /// VCDMachineTemplate as `clusterctl generate cluster` writes it), or names one that does not
+    /// exist yet. [`Request::cluster`] then holds only the name the machine gives (if any) and
+    /// its namespace; check what does not need the cluster. Omitted when `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cluster_unknown: bool,
+    /// This request judges the stored object, not a change: `machine` and `oldMachine` are both
+    /// the stored object. The host sends it on an UPDATE whose decision denies, to tell the
+    /// violations the stored object already had (reported as warnings) from the ones the
+    /// UPDATE brings (which deny). Its decision is never the answer. Omitted when `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub baseline: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl Request {
     /// Borrows this request with `settings` in place of its own, so a host can send the
     /// settings of the policy it calls without cloning the request.
     pub fn with_settings<'a>(&'a self, settings: &'a Value) -> RequestRef<'a> {
+        // Taken apart field by field, so a field added to `Request` must be placed here too.
+        let Request {
+            operation,
+            kind,
+            machine,
+            old_machine,
+            cluster,
+            inventory,
+            settings: _,
+            cluster_unknown,
+            baseline,
+        } = self;
         RequestRef {
-            operation: self.operation,
-            kind: self.kind,
-            machine: &self.machine,
-            old_machine: self.old_machine.as_ref(),
-            cluster: &self.cluster,
-            inventory: self.inventory.as_ref(),
+            operation: *operation,
+            kind: *kind,
+            machine,
+            old_machine: old_machine.as_ref(),
+            cluster,
+            inventory: inventory.as_ref(),
             settings,
+            cluster_unknown: *cluster_unknown,
+            baseline: *baseline,
         }
+    }
+
+    /// The same request judging the stored object as an UPDATE that changes nothing (see
+    /// [`Request::baseline`]); `None` unless this is an UPDATE with its stored object.
+    pub fn baseline_request(&self) -> Option<Request> {
+        let old = self.old_machine.as_ref()?;
+        (self.operation == Operation::Update).then(|| Request {
+            operation: Operation::Update,
+            kind: self.kind,
+            machine: old.clone(),
+            old_machine: Some(old.clone()),
+            cluster: self.cluster.clone(),
+            inventory: self.inventory.clone(),
+            settings: self.settings.clone(),
+            cluster_unknown: self.cluster_unknown,
+            baseline: true,
+        })
     }
 }
 
@@ -75,6 +122,12 @@ pub struct RequestRef<'a> {
     /// See [`Request::settings`].
     #[serde(skip_serializing_if = "is_null")]
     pub settings: &'a Value,
+    /// See [`Request::cluster_unknown`].
+    #[serde(skip_serializing_if = "is_false")]
+    pub cluster_unknown: bool,
+    /// See [`Request::baseline`].
+    #[serde(skip_serializing_if = "is_false")]
+    pub baseline: bool,
 }
 
 fn is_null(value: &&Value) -> bool {
@@ -169,9 +222,20 @@ pub struct Machine {
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
+    /// `metadata.deletionTimestamp`: set once the object is being deleted (its finalizers are
+    /// being removed). The host never denies such an object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<String>,
 }
 
 impl Machine {
+    /// Whether the object is being deleted (`metadata.deletionTimestamp` is set).
+    pub fn is_deleting(&self) -> bool {
+        self.deletion_timestamp
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+    }
+
     /// Whether the VM exists already: CAPVCD sets `providerID` once it has created it.
     pub fn is_provisioned(&self) -> bool {
         self.provider_id.as_deref().is_some_and(|id| !id.is_empty())
@@ -332,6 +396,11 @@ pub struct Decision {
     /// Things the user should know that do not block admission.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Deny on UPDATE even for violations the stored object already had. Without it, the host
+    /// reports those as warnings and denies only what the UPDATE brings (see
+    /// [`Request::baseline`]). An object being deleted is never denied, strict or not.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub strict: bool,
 }
 
 impl Decision {

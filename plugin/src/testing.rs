@@ -33,6 +33,7 @@ pub fn worker(extras: &[&str]) -> Request {
             failure_domain: None,
             extra_ovdc_networks: extras.iter().map(|s| s.to_string()).collect(),
             provider_id: None,
+            deletion_timestamp: None,
         },
         old_machine: None,
         cluster: Cluster {
@@ -45,7 +46,27 @@ pub fn worker(extras: &[&str]) -> Request {
         },
         inventory: None,
         settings: Value::Null,
+        cluster_unknown: false,
+        baseline: false,
     }
+}
+
+/// The same worker as a VCDMachineTemplate `prod-eu1-md-0` that names no cluster yet, as
+/// `clusterctl generate cluster` writes it: [`Request::cluster_unknown`] set, the cluster empty.
+pub fn template_without_cluster(extras: &[&str]) -> Request {
+    let mut request = worker(extras);
+    request.kind = ObjectKind::VcdMachineTemplate;
+    request.machine.name = "prod-eu1-md-0".into();
+    request.cluster = Cluster {
+        name: String::new(),
+        namespace: "prod-eu1".into(),
+        ovdc: String::new(),
+        ovdc_network: String::new(),
+        zone_topology: None,
+        zones: Vec::new(),
+    };
+    request.cluster_unknown = true;
+    request
 }
 
 /// Zones `zone-<s>` with org VDC `eu1-ovdc-<s>` and primary network `mgmt-net-<s>`, all open to

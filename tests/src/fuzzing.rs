@@ -55,7 +55,13 @@ pub fn manifest_request(data: &[u8]) {
         Some(Some(old)) => Some(old),
         Some(None) => return,
     };
-    match build_request(&machine, machine_name, &cluster, old.as_ref(), inventory) {
+    match build_request(
+        &machine,
+        machine_name,
+        Some(&cluster),
+        old.as_ref(),
+        inventory,
+    ) {
         Ok(request) => {
             let json = serde_json::to_vec(&request).expect("a request encodes as JSON");
             let back: Request = serde_json::from_slice(&json).unwrap_or_else(|err| {

@@ -215,3 +215,43 @@ pub fn decided_cases(policy: &nicpolicy::Policy, dir: &std::path::Path) -> Vec<D
     }
     decided
 }
+
+/// Modules that are costly to compile, for the compile bounds (docs/benchmarks.md, "Compiling a
+/// policy"): a valid ABI v1 module whose `extra` functions have the given shape.
+pub mod costly {
+    use super::Module;
+    use std::fmt::Write as _;
+
+    /// `count` functions that do nothing.
+    pub fn tiny_functions(count: usize) -> Module {
+        let mut module = Module::allowing();
+        module.extra = "(func)\n".repeat(count);
+        module
+    }
+
+    /// `count` functions, each declaring `locals` i32 locals and with a body of about
+    /// `body_bytes` bytes: blocks that branch on one local and write another, cycling through
+    /// them all, so every local lives across many blocks (the compiler's worst case per byte).
+    pub fn heavy_functions(count: usize, locals: usize, body_bytes: usize) -> Module {
+        let locals = locals.max(2);
+        // `block; local.get a; br_if 0; local.get b; i32.const 1; i32.add; local.set c; end`
+        // encodes in 17 bytes with two-byte local indexes (fewer with one-byte ones).
+        let steps = body_bytes / 17;
+        let mut body = String::with_capacity(steps * 64);
+        for step in 0..steps {
+            let (a, b, c) = (
+                step % locals,
+                (step * 7 + 1) % locals,
+                (step * 13 + 2) % locals,
+            );
+            let _ = writeln!(
+                body,
+                "(block (br_if 0 (local.get {a})) (local.set {c} (i32.add (local.get {b}) (i32.const 1))))"
+            );
+        }
+        let function = format!("(func (local {})\n{body})\n", "i32 ".repeat(locals));
+        let mut module = Module::allowing();
+        module.extra = function.repeat(count);
+        module
+    }
+}

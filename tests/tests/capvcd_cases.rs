@@ -44,7 +44,7 @@ fn wasm_and_native_decide_the_same_on_every_case() {
         decision,
     } in &decided
     {
-        let native = nicpolicy_capvcd::evaluate(request);
+        let native = nicpolicy_capvcd::evaluate_request(request);
         assert_eq!(*decision, native, "{}", case.path.display());
     }
     assert!(decided.len() >= 30, "compared only {} cases", decided.len());

@@ -236,9 +236,22 @@ fn slow_to_compile() -> Module {
 #[test]
 fn module_slow_to_compile_is_refused_at_the_compile_limit() {
     let limit = Duration::from_secs(2);
+    // The CAPVCD policy comes from a cache filled by a host without the short limit: compiling
+    // it can take over 2 s in a debug build on a busy machine.
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-slow-cache");
+    host(cache.clone())
+        .load(builtin::CAPVCD_WASM, PolicyOptions::default())
+        .expect("CAPVCD policy loads");
     let host = Host::new(HostConfig {
-        cache_dir: None,
+        cache_dir: Some(cache),
         compile_timeout: limit,
+        // The default bounds refuse this module before compiling; the time limit is the
+        // second line for a host configured with looser bounds.
+        compile_bounds: nicpolicy::limits::CompileBounds {
+            max_functions: 50_000,
+            max_code_bytes: 8 << 20,
+            ..Default::default()
+        },
         ..HostConfig::default()
     })
     .expect("engine starts");
@@ -247,6 +260,7 @@ fn module_slow_to_compile_is_refused_at_the_compile_limit() {
     let capvcd = host
         .load(builtin::CAPVCD_WASM, PolicyOptions::default())
         .expect("CAPVCD policy loads");
+    assert_eq!(*capvcd.cache_status(), nicpolicy::cache::CacheStatus::Hit);
     let wasm = slow_to_compile().wasm();
     assert!(wasm.len() < nicpolicy::limits::MAX_MODULE_BYTES);
     let started = Instant::now();
@@ -528,4 +542,50 @@ fn pinned_digest_must_match() {
         }
         other => panic!("expected a digest mismatch, got {other}"),
     }
+}
+
+#[test]
+fn modules_too_costly_to_compile_are_refused_before_compiling() {
+    let host = test_host();
+    // 100,000 tiny functions in under a megabyte: compiling it takes over 500 MB.
+    let many = nicpolicy_tests::costly::tiny_functions(100_000).wasm();
+    assert!(many.len() < 1 << 20, "{} bytes", many.len());
+    match host.load(&many, PolicyOptions::default()) {
+        Err(LoadError::TooComplex {
+            what: "functions",
+            found,
+            limit,
+        }) => assert!(found > limit, "{found} <= {limit}"),
+        Err(other) => panic!("expected TooComplex, got {other}"),
+        Ok(_) => panic!("a module of 100,000 functions was accepted"),
+    }
+    // One function with more locals than the bound.
+    let locals = nicpolicy_tests::costly::heavy_functions(1, 6_000, 1024).wasm();
+    let err = host
+        .load(&locals, PolicyOptions::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("locals in one function"), "{err}");
+    // Within the bounds, a costly module loads.
+    let bounded = nicpolicy_tests::costly::heavy_functions(4, 500, 16 << 10).wasm();
+    host.load(&bounded, PolicyOptions::default())
+        .unwrap_or_else(|err| panic!("bounded module loads: {err}"));
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn policy_log_lines_are_escaped() {
+    let mut module = Module::evaluating(&format!(
+        "(call $log (i32.const 2) (i32.const 1024) (i32.const 20)) i64.const {}",
+        nicpolicy_tests::allow_result()
+    ));
+    module.imports = r#"(import "nicpolicy" "log" (func $log (param i32 i32 i32)))"#.into();
+    // CR LF, an escape sequence and U+202E (right-to-left override), as WAT byte escapes.
+    module.extra = r#"(data (i32.const 1024) "a\0d\0aerror: x\1b[31m\e2\80\aez")"#.into();
+    let host = test_host();
+    let policy = host
+        .load(&module.wasm(), tight_options())
+        .expect("module loads");
+    let logs = policy.evaluate(&request()).expect("evaluates").logs;
+    assert_eq!(logs[0].message, r"a\r\nerror: x\u{1b}[31m\u{202e}z");
 }

@@ -51,7 +51,7 @@ fn shipped_config(dir: &Path) -> ServeConfig {
         .expect("copy config");
     }
     let module = builtin::get("role-based").expect("built in").wasm;
-    std::fs::write(dir.join("role-based.wasm"), module).expect("write module");
+    std::fs::write(dir.join("policy.wasm"), module).expect("write module");
     let mut config =
         ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("shipped config is valid");
     config.clusters = ClusterSourceConfig::Static {
@@ -332,12 +332,16 @@ async fn shipped_config_answers_the_api_server_fixtures() {
         ["mgmt-net", "storage-net", "workload-net", "backup-net"]
     );
 
-    // A machine of a cluster nobody knows: denied, naming it.
+    // A machine of a cluster nobody knows (yet): checked without it, allowed with a warning
+    // naming it.
     let review = fixture("vcdmachine-create-unknown-cluster");
     let response = server.review(Endpoint::Validate, M, &review).await;
-    assert_eq!(response["allowed"], false);
-    let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains("prod-us1"), "{message}");
+    assert_eq!(response["allowed"], true, "{response}");
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("prod-us1") && warning.contains("checked without its cluster"),
+        "{warning}"
+    );
 
     // Deletions carry no network choice.
     let response = server
@@ -822,4 +826,279 @@ async fn policies_swap_under_load_without_a_failed_review() {
         "{metrics}"
     );
     assert!(!metrics.contains(r#"result="error""#), "{metrics}");
+}
+
+/// The VCDMachineTemplate of the worker fixture as `clusterctl generate cluster` writes it: no
+/// cluster label, no owner reference.
+fn unlabelled_template(extras: Value) -> Value {
+    let mut review = fixture("vcdmachinetemplate-create-worker");
+    let object = &mut review["request"]["object"];
+    object["metadata"].as_object_mut().unwrap().remove("labels");
+    object["spec"]["template"]["spec"]["extraOvdcNetworks"] = extras;
+    review
+}
+
+/// An UPDATE of the provisioned worker fixture from `old` to `new` extra networks.
+fn machine_update(old: Value, new: Value) -> Value {
+    let mut review = fixture("vcdmachine-update-provisioned");
+    review["request"]["oldObject"]["spec"]["extraOvdcNetworks"] = old;
+    review["request"]["object"]["spec"]["extraOvdcNetworks"] = new;
+    review
+}
+
+fn warnings(response: &Value) -> Vec<String> {
+    response["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .map(|w| w.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_blocks_a_clusters_lifecycle() {
+    let dir = scratch("lifecycle");
+    let server = TestServer::start(shipped_config(&dir)).await;
+
+    // `clusterctl generate cluster | kubectl apply`: the template has no cluster label and
+    // comes before its cluster. Checked without it, allowed with a warning that also says the
+    // namespace's only VCDCluster was not used.
+    let review = unlabelled_template(json!(["storage-net", "workload-net"]));
+    let response = server.review(Endpoint::Validate, T, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let said = warnings(&response).join("\n");
+    assert!(said.contains("checked without its cluster"), "{said}");
+    assert!(
+        said.contains("VCDCluster prod-eu1 is the only one in namespace prod-eu1 but was not used"),
+        "{said}"
+    );
+    // Its defaulting still writes the list, but no plan: NIC 0 is not known.
+    let response = server.review(Endpoint::Mutate, T, &review).await;
+    assert_eq!(response["allowed"], true);
+    assert!(
+        response.get("patch").is_none_or(Value::is_null),
+        "{response}"
+    );
+
+    // Rules that need no cluster still deny it.
+    let review = unlabelled_template(json!(["storage-net", "storage-net"]));
+    let response = server.review(Endpoint::Validate, T, &review).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        causes(&response),
+        [(
+            "spec.template.spec.extraOvdcNetworks[1]".to_string(),
+            "FieldValueDuplicate".to_string()
+        )]
+    );
+
+    // A machine stored with a duplicate, relabelled: allowed, the duplicate a warning.
+    let mut review = machine_update(
+        json!(["storage-net", "storage-net"]),
+        json!(["storage-net", "storage-net"]),
+    );
+    review["request"]["object"]["metadata"]["labels"]["platform.example.net/drain"] = json!("true");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(warnings(&response).iter().any(|w| w.starts_with(
+        "pre-existing violation, not enforced on this update: spec.extraOvdcNetworks[1]: Duplicate value"
+    )), "{response}");
+
+    // ... but a new violation on top of it denies, for the new one alone.
+    let review = machine_update(
+        json!(["storage-net", "storage-net"]),
+        json!(["storage-net", "storage-net", "storage-net"]),
+    );
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false);
+    let fields: Vec<String> = causes(&response).into_iter().map(|(f, _)| f).collect();
+    assert!(
+        fields.contains(&"spec.extraOvdcNetworks[2]".to_string()),
+        "{fields:?}"
+    );
+    assert!(
+        !fields.contains(&"spec.extraOvdcNetworks[1]".to_string()),
+        "{fields:?}"
+    );
+
+    // Being deleted: CAPVCD removes its finalizer from a machine with a bad spec. Allowed by
+    // validation, left alone by defaulting.
+    let mut review = machine_update(json!(["mgmt-net"]), json!(["mgmt-net"]));
+    for object in ["object", "oldObject"] {
+        review["request"][object]["metadata"]["deletionTimestamp"] = json!("2026-12-03T16:20:00Z");
+    }
+    review["request"]["object"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("finalizers");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(warnings(&response)
+        .iter()
+        .any(|w| w
+            .starts_with("not enforced, the object is being deleted: spec.extraOvdcNetworks[0]")));
+    let response = server.review(Endpoint::Mutate, M, &review).await;
+    assert_eq!(response["allowed"], true);
+    assert!(
+        response.get("patch").is_none_or(Value::is_null),
+        "{response}"
+    );
+}
+
+/// A configuration serving the CAPVCD policy with a small input cap, under `failure_mode`.
+fn small_input_config(dir: &Path, failure_mode: &str) -> ServeConfig {
+    let text = format!(
+        "onPolicyFailure: {failure_mode}\npolicies:\n  VCDMachine:\n    - {{builtin: capvcd, maxInputBytes: 2Ki}}\nclusters: {{source: Static, files: [{}]}}\n",
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), text).expect("write config");
+    ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("config is valid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_is_denied_under_both_failure_modes() {
+    for mode in ["Deny", "Allow"] {
+        let dir = scratch(&format!("oversized-{mode}"));
+        let server = TestServer::start(small_input_config(&dir, mode)).await;
+        let mut review = fixture("vcdmachine-create-worker");
+        review["request"]["object"]["metadata"]["annotations"] =
+            json!({"backup.example.net/notes": "nightly snapshot to backup-net; ".repeat(100)});
+        let response = server.review(Endpoint::Validate, M, &review).await;
+        assert_eq!(response["allowed"], false, "{mode}: {response}");
+        assert_eq!(
+            causes(&response),
+            [(
+                "metadata.annotations".to_string(),
+                "FieldValueInvalid".to_string()
+            )],
+            "{mode}"
+        );
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("2048-byte limit"), "{mode}: {message}");
+        // A machine of ordinary size is checked as usual.
+        let response = server
+            .review(Endpoint::Validate, M, &fixture("vcdmachine-create-worker"))
+            .await;
+        assert_eq!(response["allowed"], true, "{mode}: {response}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_says_its_generation_and_oversized_bodies_are_denied() {
+    let dir = scratch("generation");
+    let mut config = shipped_config(&dir);
+    config.max_request_bytes = 16 << 10;
+    let server = TestServer::start(config).await;
+    let validate = Endpoint::Validate.path(M);
+    let generation = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("x-nicpolicy-generation")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+
+    // 400, 404 and 405 carry the serving generation.
+    let response = server
+        .client
+        .post(server.url(&validate))
+        .body("{\"apiVersion\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(generation(&response).as_deref(), Some("1"));
+    let response = server
+        .client
+        .get(server.url(&validate))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    assert_eq!(generation(&response).as_deref(), Some("1"));
+    let response = server.client.get(server.url("/nope")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    assert_eq!(generation(&response).as_deref(), Some("1"));
+
+    // Over maxRequestBytes, written as kube-apiserver writes a review (uid first): denied to
+    // its uid, so failurePolicy cannot let it through.
+    let padding = "x".repeat(32 << 10);
+    let body = format!(
+        r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"5d2c8e1f-3a4b-4c6d-9e8f-7a6b5c4d3e2f","kind":{{"group":"infrastructure.cluster.x-k8s.io","version":"v1beta3","kind":"VCDMachine"}},"object":{{"metadata":{{"annotations":{{"notes":"{padding}"}}}}}}}}}}"#
+    );
+    let response = server
+        .client
+        .post(server.url(&validate))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(generation(&response).as_deref(), Some("1"));
+    let answer: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(
+        answer["response"]["uid"],
+        "5d2c8e1f-3a4b-4c6d-9e8f-7a6b5c4d3e2f"
+    );
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 413);
+    assert!(answer["response"]["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("16384-byte limit (maxRequestBytes)"));
+
+    // Without a readable uid: HTTP 413, with the header.
+    let response = server
+        .client
+        .post(server.url(&validate))
+        .body(padding.clone() + &padding)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    assert_eq!(generation(&response).as_deref(), Some("1"));
+
+    // Still serving.
+    let response = server
+        .review(Endpoint::Validate, M, &fixture("vcdmachine-create-worker"))
+        .await;
+    assert_eq!(response["allowed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_too_costly_to_compile_is_refused_on_reload_and_the_old_one_serves() {
+    let dir = scratch("reload-costly");
+    let module = dir.join("policy.wasm");
+    std::fs::write(&module, marked("version-a")).unwrap();
+    let text = format!(
+        "policies:\n  VCDMachine:\n    - {{path: policy.wasm}}\nreload: {{interval: 50ms}}\nclusters: {{source: Static, files: [{}]}}\n",
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), text).unwrap();
+    let server = TestServer::start(ServeConfig::read(&dir.join("nicpolicy.yaml")).unwrap()).await;
+    replace(
+        &module,
+        &nicpolicy_tests::costly::tiny_functions(100_000).wasm(),
+    );
+    let started = Instant::now();
+    loop {
+        let (_, metrics) = server.get("/metrics").await;
+        if metrics.contains(r#"nicpolicy_policy_reloads_total{result="failure"} 1"#) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no refused reload: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let review = fixture("vcdmachine-create-worker");
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(warnings(&response), ["version-a"]);
+    let (_, text) = server.get("/readyz").await;
+    assert!(text.contains("generation 1"), "{text}");
 }

@@ -48,7 +48,8 @@ enum Source {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CaseFile {
     description: String,
-    cluster: Source,
+    #[serde(default)]
+    cluster: Option<Source>,
     machine: Source,
     #[serde(default)]
     machine_name: Option<String>,
@@ -58,6 +59,8 @@ struct CaseFile {
     inventory: Option<Source>,
     #[serde(default)]
     settings: Option<Value>,
+    #[serde(default)]
+    max_input_bytes: Option<usize>,
     expect: Expect,
 }
 
@@ -115,6 +118,9 @@ pub struct Case {
     pub request: Request,
     /// Settings for the policy (JSON `null` for the policy's defaults).
     pub settings: Value,
+    /// The policies' input cap for this case, in place of their own (to test an oversized
+    /// request without writing a megabyte of YAML).
+    pub max_input_bytes: Option<usize>,
     /// The expected outcome.
     pub expect: Expect,
     /// The Kubernetes objects the request was built from, for hosts that take whole objects
@@ -180,7 +186,11 @@ impl Case {
             }
         };
         let machine = source(&case.machine, "machine")?;
-        let cluster = source(&case.cluster, "cluster")?;
+        let cluster = case
+            .cluster
+            .as_ref()
+            .map(|s| source(s, "cluster"))
+            .transpose()?;
         let old = case.old.as_ref().map(|s| source(s, "old")).transpose()?;
         let inventory = case
             .inventory
@@ -190,16 +200,16 @@ impl Case {
         let request = build_request(
             &machine,
             case.machine_name.as_deref(),
-            &cluster,
+            cluster.as_ref(),
             old.as_ref(),
             inventory,
         )?;
         let machine_name = case.machine_name.as_deref();
         let objects = CaseObjects {
-            machine: machine.machine_object(machine_name)?.value.clone(),
+            machine: machine.find_machine(machine_name)?.value.clone(),
             old: old
                 .as_ref()
-                .map(|file| file.machine_object(machine_name).map(|o| o.value.clone()))
+                .map(|file| file.find_machine(machine_name).map(|o| o.value.clone()))
                 .transpose()?,
             cluster: cluster.objects.iter().map(|o| o.value.clone()).collect(),
         };
@@ -208,6 +218,7 @@ impl Case {
             description: case.description,
             request,
             settings: case.settings.unwrap_or(Value::Null),
+            max_input_bytes: case.max_input_bytes,
             expect: case.expect,
             objects,
         })
@@ -238,7 +249,13 @@ impl Case {
         if self.expect.settings_rejected.is_some() {
             return self.check_settings_rejection(None);
         }
-        self.check(&policy.evaluate(&self.request))
+        let policy = match self.max_input_bytes {
+            Some(bytes) => policy.with_max_input_bytes(bytes),
+            None => policy,
+        };
+        self.check(&crate::lifecycle::judge(&self.request, |request| {
+            policy.evaluate(request)
+        }))
     }
 
     fn check_settings_rejection(&self, reason: Option<&str>) -> Outcome {

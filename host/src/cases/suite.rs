@@ -17,7 +17,12 @@ pub fn run(case: &Case, chain: &PolicyChain) -> Outcome {
         // nondeterminism, so checking the settings again gives the same verdict.
         _ => return case.run(chain.first()),
     };
-    match configured.evaluate(&case.request) {
+    let configured = match case.max_input_bytes {
+        Some(bytes) => configured.with_max_input_bytes(bytes),
+        None => configured,
+    };
+    // Judged as the webhook judges a review: deletions, ratcheted updates, request faults.
+    match crate::lifecycle::judge(&case.request, |request| configured.evaluate(request)) {
         Ok(evaluation) => case.check(&Ok(evaluation.into_evaluation())),
         Err(failure) => {
             let attribution = failure.to_string();

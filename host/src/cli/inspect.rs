@@ -66,18 +66,20 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
     }
 }
 
+/// An import as `module.name`, an export as its name.
+fn item_name(item: &nicpolicy::inspect::Item) -> String {
+    if item.module.is_empty() {
+        item.name.clone()
+    } else {
+        format!("{}.{}", item.module, item.name)
+    }
+}
+
 fn info_json(info: &ModuleInfo, problem: Option<&str>) -> serde_json::Value {
     let items = |items: &[nicpolicy::inspect::Item]| -> Vec<serde_json::Value> {
         items
             .iter()
-            .map(|i| {
-                let name = if i.module.is_empty() {
-                    i.name.clone()
-                } else {
-                    format!("{}.{}", i.module, i.name)
-                };
-                serde_json::json!({"name": name, "type": i.ty.to_string()})
-            })
+            .map(|i| serde_json::json!({"name": item_name(i), "type": i.ty.to_string()}))
             .collect()
     };
     serde_json::json!({
@@ -124,12 +126,7 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&str>) -> String 
             let _ = writeln!(out, "  (none)");
         }
         for i in items {
-            let name = if i.module.is_empty() {
-                i.name.clone()
-            } else {
-                format!("{}.{}", i.module, i.name)
-            };
-            let _ = writeln!(out, "  {name:<30} {}", i.ty);
+            let _ = writeln!(out, "  {:<30} {}", item_name(i), i.ty);
         }
     };
     list(&mut out, "Imports", &info.imports);

@@ -15,6 +15,45 @@ fn yes(flag: bool) -> &'static str {
 
 /// Human-readable decision, in the spirit of `kubectl describe`.
 pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
+    let mut out = header(request, chain, decision);
+    if !decision.nics.is_empty() {
+        out.push('\n');
+        out.push_str(&nic_table(decision));
+    }
+    if !decision.vapp_networks.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nvApp networks: {}",
+            decision.vapp_networks.join(", ")
+        );
+    }
+    if let Some(extras) = &decision.extra_ovdc_networks {
+        if *extras != request.machine.extra_ovdc_networks {
+            let _ = writeln!(
+                out,
+                "Defaulted {}.extraOvdcNetworks: [{}]",
+                request.kind.spec_path(),
+                extras.join(", ")
+            );
+        }
+    }
+    if !decision.violations.is_empty() {
+        let _ = writeln!(out, "\nViolations:");
+        for v in &decision.violations {
+            let _ = writeln!(out, "  {} ({:?}): {}", v.field, v.reason, v.message);
+        }
+    }
+    if !decision.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings:");
+        for w in &decision.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
+    out
+}
+
+/// Which machine, cluster and policies, and the verdict.
+fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
     let mut out = String::new();
     let machine = &request.machine;
     let namespace = if machine.namespace.is_empty() {
@@ -33,7 +72,11 @@ pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decisi
             nicpolicy::plugin::Role::Worker => "worker",
         }
     );
-    let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    if request.cluster_unknown {
+        let _ = writeln!(out, "Cluster:   (not known yet: checked without it)");
+    } else {
+        let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
+    }
     let policies: Vec<String> = chain
         .policies()
         .iter()
@@ -62,64 +105,36 @@ pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decisi
         }
     );
 
-    if !decision.nics.is_empty() {
-        let mut rows = vec![[
-            "NIC".to_string(),
-            "NETWORK".to_string(),
-            "PRIMARY".to_string(),
-            "IP MODE".to_string(),
-            "IP ADDRESS".to_string(),
-            "ADAPTER".to_string(),
-            "CONNECTED".to_string(),
-        ]];
-        for nic in &decision.nics {
-            rows.push([
-                nic.index.to_string(),
-                nic.network.clone(),
-                yes(nic.primary).to_string(),
-                nic.ip_allocation_mode.as_str().to_string(),
-                nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
-                nic.adapter_type.as_str().to_string(),
-                yes(nic.connected).to_string(),
-            ]);
-        }
-        out.push('\n');
-        out.push_str(&table(&rows));
-    }
-    if !decision.vapp_networks.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nvApp networks: {}",
-            decision.vapp_networks.join(", ")
-        );
-    }
-    if let Some(extras) = &decision.extra_ovdc_networks {
-        if *extras != machine.extra_ovdc_networks {
-            let _ = writeln!(
-                out,
-                "Defaulted {}.extraOvdcNetworks: [{}]",
-                request.kind.spec_path(),
-                extras.join(", ")
-            );
-        }
-    }
-    if !decision.violations.is_empty() {
-        let _ = writeln!(out, "\nViolations:");
-        for v in &decision.violations {
-            let _ = writeln!(out, "  {} ({:?}): {}", v.field, v.reason, v.message);
-        }
-    }
-    if !decision.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings:");
-        for w in &decision.warnings {
-            let _ = writeln!(out, "  {w}");
-        }
-    }
     out
 }
 
+/// The NIC plan as a table.
+fn nic_table(decision: &Decision) -> String {
+    let mut rows = vec![[
+        "NIC".to_string(),
+        "NETWORK".to_string(),
+        "PRIMARY".to_string(),
+        "IP MODE".to_string(),
+        "IP ADDRESS".to_string(),
+        "ADAPTER".to_string(),
+        "CONNECTED".to_string(),
+    ]];
+    for nic in &decision.nics {
+        rows.push([
+            nic.index.to_string(),
+            nic.network.clone(),
+            yes(nic.primary).to_string(),
+            nic.ip_allocation_mode.as_str().to_string(),
+            nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
+            nic.adapter_type.as_str().to_string(),
+            yes(nic.connected).to_string(),
+        ]);
+    }
+    table(&rows)
+}
+
 /// Left-aligned columns separated by three spaces, like kubectl's tables.
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
+pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

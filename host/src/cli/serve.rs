@@ -68,12 +68,15 @@ enum LogFormat {
     Json,
 }
 
-fn init_logging(args: &LogArgs) -> Result<()> {
+pub(super) fn init_logging(args: &LogArgs) -> Result<()> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log_level.clone());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .with_context(|| format!("--log-level {filter:?}"))?;
+    // Colour codes only on a terminal: in a pod's log they are noise, and a log line must not
+    // carry escape sequences.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -25,37 +25,56 @@ pub struct Answer {
     pub allowed: bool,
     /// What the review came to, as `nicpolicy_reviews_total` counts it.
     pub result: &'static str,
-    /// Generation of the configuration that answered (0 when none was consulted).
+    /// Generation of the configuration that answered.
     pub generation: u64,
+    /// Why the request could not be read (HTTP 400, 413); empty otherwise.
+    pub message: String,
 }
 
 /// Reads the request out of an AdmissionReview, or says what is wrong with it.
-pub(super) fn review_request(raw: &Value) -> Result<AdmissionRequest<DynamicObject>, Answer> {
+pub(super) fn review_request(
+    raw: &Value,
+    generation: u64,
+) -> Result<AdmissionRequest<DynamicObject>, Answer> {
     let api_version = raw.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = raw.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
         return Err(invalid(format!(
             "expected an AdmissionReview of admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
-        )));
+        ), generation));
     }
     let review: AdmissionReview<DynamicObject> =
         serde_path_to_error::deserialize(raw).map_err(|err| {
-            invalid(format!(
-                "malformed AdmissionReview at {}: {}",
-                err.path(),
-                err.inner()
-            ))
+            invalid(
+                format!(
+                    "malformed AdmissionReview at {}: {}",
+                    err.path(),
+                    err.inner()
+                ),
+                generation,
+            )
         })?;
     review
         .try_into()
-        .map_err(|_| invalid("the AdmissionReview has no request".to_string()))
+        .map_err(|_| invalid("the AdmissionReview has no request".to_string(), generation))
 }
 
 /// [`review_request`] from bytes.
-pub(super) fn read_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Answer> {
+pub(super) fn read_review(
+    body: &[u8],
+    generation: u64,
+) -> Result<AdmissionRequest<DynamicObject>, Answer> {
     let raw: Value = serde_json::from_slice(body)
-        .map_err(|err| invalid(format!("the request body is not JSON: {err}")))?;
-    review_request(&raw)
+        .map_err(|err| invalid(format!("the request body is not JSON: {err}"), generation))?;
+    review_request(&raw, generation)
+}
+
+/// Whether the review's object is being deleted (`metadata.deletionTimestamp` set).
+pub(super) fn deleting(request: &AdmissionRequest<DynamicObject>) -> bool {
+    request
+        .object
+        .as_ref()
+        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
 }
 
 /// [`objects::fill_metadata`] from the review's request.
@@ -174,15 +193,44 @@ pub(super) fn failure_answer(
     }
 }
 
+/// The denial of a review too large to read, answered to its `uid` (found in its first bytes):
+/// a denial, not an error, so the API server refuses the object whatever the webhook's
+/// failurePolicy.
+pub fn too_large_answer(uid: &str, message: &str, generation: u64) -> Answer {
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": false,
+            "status": {
+                "status": "Failure",
+                "code": 413,
+                "reason": "RequestEntityTooLarge",
+                "message": message,
+            },
+        },
+    });
+    Answer {
+        http_status: 200,
+        body: serde_json::to_vec(&review).unwrap_or_default(),
+        allowed: false,
+        result: "error",
+        generation,
+        message: message.to_string(),
+    }
+}
+
 /// HTTP 400 for a body that is no readable AdmissionReview (there is no uid to answer to).
-pub(super) fn invalid(message: String) -> Answer {
+pub(super) fn invalid(message: String, generation: u64) -> Answer {
     let response = AdmissionResponse::invalid(&message);
     Answer {
         http_status: 400,
         body: encode(response),
         allowed: false,
         result: "error",
-        generation: 0,
+        generation,
+        message,
     }
 }
 
@@ -198,6 +246,7 @@ pub(super) fn finish(
         allowed,
         result,
         generation: served.generation,
+        message: String::new(),
     }
 }
 

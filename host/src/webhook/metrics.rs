@@ -5,7 +5,7 @@
 //! | `nicpolicy_reviews_total` | `kind`, `endpoint`, `result` | answered reviews; `result` is `allowed`, `patched`, `denied` or `error` |
 //! | `nicpolicy_evaluation_duration_seconds` | `kind`, `policy` | histogram of one policy's evaluation (instantiation included) |
 //! | `nicpolicy_policy_failures_total` | `policy`, `error` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ... |
-//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `unknown_cluster`, `not_served` |
+//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`; and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
 //! | `nicpolicy_policy_reloads_total` | `result` | configuration reloads: `success` or `failure` |
 //! | `nicpolicy_policy_load_failures_total` | | policy (re)loads refused: the old policies kept serving |
 //! | `nicpolicy_tls_reloads_total` | `result` | certificate reloads |

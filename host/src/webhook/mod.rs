@@ -45,7 +45,7 @@ pub mod tls;
 
 pub use admission::Answer;
 pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
-pub use config::{ConfigError, FailureMode, ServeConfig};
+pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 pub use patch::NIC_PLAN_ANNOTATION;
 pub use policies::{ServeLoadError, Served, ServedPolicies};
 pub use review::{Endpoint, NativeEvaluator, Reviewer};

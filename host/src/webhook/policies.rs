@@ -13,7 +13,7 @@ use std::time::Duration;
 use nicpolicy_plugin::{Inventory, ObjectKind};
 use sha2::{Digest, Sha256};
 
-use super::config::{ConfigError, FailureMode, ServeConfig};
+use super::config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 use super::metrics::Metrics;
 use crate::error::LoadError;
 use crate::manifest::{self, ManifestError};
@@ -108,7 +108,7 @@ impl Served {
     }
 
     /// What to do when a machine's cluster is unknown.
-    pub fn on_unknown_cluster(&self) -> FailureMode {
+    pub fn on_unknown_cluster(&self) -> UnknownClusterMode {
         self.config.on_unknown_cluster
     }
 }

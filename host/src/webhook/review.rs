@@ -12,14 +12,16 @@ use kube::core::DynamicObject;
 use nicpolicy_plugin::{
     Cluster, Decision, Machine, ObjectKind, Operation as PolicyOperation, Request,
 };
+
+use crate::lifecycle;
 use serde_json::Value;
 
 use super::admission::{
-    allow, deny, failure_answer, fill_metadata, finish, invalid, invalid_status, read_review,
-    review_request, Answer,
+    allow, deleting, deny, failure_answer, fill_metadata, finish, invalid, invalid_status,
+    read_review, review_request, Answer,
 };
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
-use super::config::FailureMode;
+use super::config::{FailureMode, UnknownClusterMode};
 use super::metrics::{FailureLabels, Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
@@ -71,6 +73,8 @@ struct Job {
     served: Arc<Served>,
     policy: Request,
     display: String,
+    /// Warnings of the host's own (the cluster is not known yet), given with the answer.
+    warnings: Vec<String>,
 }
 
 /// The objects of a review, read.
@@ -155,10 +159,15 @@ impl Reviewer {
             served.config.workers,
             waited.as_millis()
         );
-        let answer = match read_review(body) {
+        let answer = match read_review(body, served.generation) {
             Ok(request) => failure_answer(
                 &request,
-                served.on_policy_failure(),
+                // An object being deleted is never denied, not even unchecked.
+                if deleting(&request) {
+                    FailureMode::Allow
+                } else {
+                    served.on_policy_failure()
+                },
                 503,
                 "ServiceUnavailable",
                 &message,
@@ -182,23 +191,51 @@ impl Reviewer {
         answer
     }
 
+    /// Counts a request answered without evaluation and logs why (info: the API server sent
+    /// something this webhook cannot check, which its operator should be able to see).
+    pub fn reject(&self, reason: &'static str, message: &str) {
+        self.metrics.reject(reason);
+        tracing::info!(reason, "review rejected: {message}");
+    }
+
     /// Reads the review and everything the policies need, or answers it right away.
     fn prepare(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Result<Job, Answer> {
+        let served = self.policies.get();
+        let generation = served.generation;
+        let malformed = |answer: Answer| {
+            self.reject("malformed", &answer.message);
+            answer
+        };
         let mut raw: Value = serde_json::from_slice(body).map_err(|err| {
-            self.metrics.reject("malformed");
-            invalid(format!("the request body is not JSON: {err}"))
+            malformed(invalid(
+                format!("the request body is not JSON: {err}"),
+                generation,
+            ))
         })?;
         // The objects are moved out, not copied: `read_machine` reads them (with field paths
         // in its errors) and the rest of the review is small.
         let object = raw.pointer_mut("/request/object").map(Value::take);
         let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
-        let request = review_request(&raw).inspect_err(|_| self.metrics.reject("malformed"))?;
-        let served = self.policies.get();
+        let request = review_request(&raw, generation).map_err(malformed)?;
         self.check_kind(endpoint, kind, &request, &served)?;
         let objects = self.read_objects(&request, object, old_object, &served)?;
         let machine = &objects.machine;
         let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
-        let cluster = self.find_cluster(kind, &request, &objects, &display, &served)?;
+        // Defaulting an object that is being deleted helps nobody: leave it alone.
+        if endpoint == Endpoint::Mutate && machine.is_deleting() {
+            return Err(allow(&request, None, Vec::new(), &served));
+        }
+        let mut warnings = Vec::new();
+        let (cluster, cluster_unknown) =
+            match self.find_cluster(kind, &request, &objects, &display, &served)? {
+                Ok(cluster) => (cluster, false),
+                Err(warning) => {
+                    warnings.push(warning);
+                    let name = cluster_name_of(&objects.object).unwrap_or_default();
+                    let namespace = &objects.machine.namespace;
+                    (crate::manifest::unknown_cluster(&name, namespace), true)
+                }
+            };
         let policy = Request {
             operation: match request.operation {
                 Operation::Update => PolicyOperation::Update,
@@ -210,6 +247,8 @@ impl Reviewer {
             cluster,
             inventory: served.inventory.clone(),
             settings: Value::Null,
+            cluster_unknown,
+            baseline: false,
         };
         Ok(Job {
             request,
@@ -219,6 +258,7 @@ impl Reviewer {
             served,
             policy,
             display,
+            warnings,
         })
     }
 
@@ -233,23 +273,18 @@ impl Reviewer {
     ) -> Result<(), Answer> {
         let object_kind = &request.kind;
         if object_kind.group != CAPVCD_GROUP || object_kind.kind != kind.as_str() {
-            self.metrics.reject("wrong_kind");
             let got = if object_kind.group.is_empty() {
                 format!("{} (core)", object_kind.kind)
             } else {
                 format!("{}.{}", object_kind.kind, object_kind.group)
             };
-            return Err(deny(
-                request,
-                400,
-                "BadRequest",
-                format!(
-                    "{} serves {}.{CAPVCD_GROUP} objects, not {got}; check the webhook configuration's rules",
-                    endpoint.path(kind),
-                    kind.as_str()
-                ),
-                served,
-            ));
+            let message = format!(
+                "{} serves {}.{CAPVCD_GROUP} objects, not {got}; check the webhook configuration's rules",
+                endpoint.path(kind),
+                kind.as_str()
+            );
+            self.reject("wrong_kind", &message);
+            return Err(deny(request, 400, "BadRequest", message, served));
         }
         // Status updates and deletions carry no network choice to check.
         if request
@@ -261,19 +296,20 @@ impl Reviewer {
             return Err(allow(request, None, Vec::new(), served));
         }
         if !served.chains.contains_key(&kind) {
-            self.metrics.reject("not_served");
             let config = served
                 .config
                 .path
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default();
+            let message = format!("no policy is configured for {} in {config}", kind.as_str());
+            self.reject("not_served", &message);
             return Err(failure_answer(
                 request,
                 served.on_policy_failure(),
                 500,
                 "InternalError",
-                &format!("no policy is configured for {} in {config}", kind.as_str()),
+                &message,
                 served,
             ));
         }
@@ -289,7 +325,7 @@ impl Reviewer {
         served: &Served,
     ) -> Result<Objects, Answer> {
         let bad_request = |message: String| {
-            self.metrics.reject("malformed");
+            self.reject("malformed", &message);
             deny(request, 400, "BadRequest", message, served)
         };
         let mut object = object.filter(Value::is_object).ok_or_else(|| {
@@ -322,7 +358,9 @@ impl Reviewer {
         })
     }
 
-    /// The machine's VCDCluster, or the answer for a cluster that cannot be found.
+    /// The machine's VCDCluster; `Ok(Err(warning))` when it is not known and the machine is
+    /// to be checked without it ([`UnknownClusterMode::CheckWithoutCluster`], and always for
+    /// an object being deleted, which is never denied); `Err` answers the review right away.
     fn find_cluster(
         &self,
         kind: ObjectKind,
@@ -330,7 +368,7 @@ impl Reviewer {
         objects: &Objects,
         display: &str,
         served: &Served,
-    ) -> Result<Cluster, Answer> {
+    ) -> Result<Result<Cluster, String>, Answer> {
         let namespace = &objects.machine.namespace;
         let found = cluster_name_of(&objects.object)
             .ok_or(LookupError::Unnamed {
@@ -342,31 +380,70 @@ impl Reviewer {
                 },
             })
             .and_then(|name| self.clusters.vcd_cluster(namespace, &name));
-        found.map_err(|err| {
-            self.metrics.reject("unknown_cluster");
-            let message = format!("cannot check the networks of {display}: {err}");
-            match served.on_unknown_cluster() {
-                FailureMode::Deny => deny(request, 400, "BadRequest", message, served),
-                FailureMode::Allow => allow(
+        let err = match found {
+            Ok(cluster) => return Ok(Ok(cluster)),
+            Err(err) => err,
+        };
+        let message = format!("cannot check the networks of {display}: {err}");
+        let mode = if objects.machine.is_deleting() {
+            UnknownClusterMode::CheckWithoutCluster
+        } else {
+            served.on_unknown_cluster()
+        };
+        match mode {
+            UnknownClusterMode::Deny => {
+                self.reject("unknown_cluster", &message);
+                Err(deny(request, 400, "BadRequest", message, served))
+            }
+            UnknownClusterMode::Allow => {
+                self.reject("unknown_cluster", &message);
+                Err(allow(
                     request,
                     None,
                     vec![format!("nicpolicy: networks not checked: {message}")],
                     served,
-                ),
+                ))
             }
-        })
+            UnknownClusterMode::CheckWithoutCluster => {
+                self.metrics.reject("unknown_cluster");
+                let machine = display;
+                tracing::info!(machine, "cluster not known: checked without it: {err}");
+                Ok(Err(self.unknown_cluster_warning(display, namespace, &err)))
+            }
+        }
+    }
+
+    /// The warning for a machine checked without its cluster: why the cluster is unknown, what
+    /// was left unchecked, and whether the namespace's only VCDCluster was used (it is not:
+    /// nothing ties the machine to it yet).
+    fn unknown_cluster_warning(&self, display: &str, namespace: &str, err: &LookupError) -> String {
+        let lone = match self.clusters.vcd_clusters_in(namespace).as_slice() {
+            [one] => format!(
+                " VCDCluster {one} is the only one in namespace {namespace} but was not used: \
+                 nothing ties this object to it yet."
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "nicpolicy: {display} was checked without its cluster ({err}): the rules that need \
+             the VCDCluster (NIC 0, the primary network listed again, zones) run when a \
+             VCDMachine is created with its cluster.x-k8s.io/cluster-name label.{lone}"
+        )
     }
 
     fn evaluate(&self, job: Job) -> Answer {
         let Some(chain) = job.served.chains.get(&job.kind) else {
             // `prepare` checked the kind against this very snapshot.
-            return invalid("no policy chain for this kind".to_string());
+            return invalid(
+                "no policy chain for this kind".to_string(),
+                job.served.generation,
+            );
         };
         self.metrics.in_flight.inc();
-        let result = match &self.native {
+        let evaluate = |request: &Request| match &self.native {
             Some(native) => {
                 let started = std::time::Instant::now();
-                let decision = native(&job.policy);
+                let decision = native(request);
                 Ok(ChainEvaluation {
                     decision,
                     logs: Vec::new(),
@@ -374,8 +451,10 @@ impl Reviewer {
                     elapsed: started.elapsed(),
                 })
             }
-            None => chain.evaluate(&job.policy),
+            None => chain.evaluate(request),
         };
+        // Deletions, request faults, unknown clusters and ratcheted updates, as everywhere.
+        let result = lifecycle::judge(&job.policy, evaluate);
         self.metrics.in_flight.dec();
         let evaluation = match result {
             Ok(evaluation) => evaluation,
@@ -420,15 +499,17 @@ impl Reviewer {
 
     fn validated(&self, job: &Job, evaluation: &ChainEvaluation) -> Answer {
         let decision = &evaluation.decision;
+        let mut warnings = job.warnings.clone();
+        warnings.extend(decision.warnings.iter().cloned());
         if decision.allowed {
-            return allow(&job.request, None, decision.warnings.clone(), &job.served);
+            return allow(&job.request, None, warnings, &job.served);
         }
         tracing::info!(machine = %job.display, uid = %job.request.uid, violations = decision.violations.len(), "denied");
         let mut response = AdmissionResponse::from(&job.request);
         response.allowed = false;
         response.result = invalid_status(job.kind, &job.policy.machine.name, decision);
-        if !decision.warnings.is_empty() {
-            response.warnings = Some(decision.warnings.clone());
+        if !warnings.is_empty() {
+            response.warnings = Some(warnings);
         }
         finish(response, false, "denied", &job.served)
     }
@@ -439,7 +520,9 @@ impl Reviewer {
         if !decision.allowed {
             return allow(&job.request, None, Vec::new(), &job.served);
         }
-        let plan = job.served.config.nic_plan_annotation.then(|| NicPlan {
+        // Without the cluster NIC 0 is unknown: no plan to write yet.
+        let annotate = job.served.config.nic_plan_annotation && !job.policy.cluster_unknown;
+        let plan = annotate.then(|| NicPlan {
             policy: chain_name,
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,

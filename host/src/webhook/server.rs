@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use super::clusters::ClusterSource;
 use nicpolicy_plugin::ObjectKind;
 
-use super::admission::Answer;
+use super::admission::{too_large_answer, Answer};
 use super::config::ServeConfig;
 use super::metrics::Metrics;
 use super::policies::{ServeLoadError, Served, ServedPolicies};
@@ -113,7 +113,13 @@ impl App {
                 );
             }
         }
-        router.fallback(not_found).with_state(self.clone())
+        router
+            .fallback(not_found)
+            .layer(axum::middleware::map_response_with_state(
+                self.clone(),
+                generation_header,
+            ))
+            .with_state(self.clone())
     }
 
     async fn handle(
@@ -171,38 +177,67 @@ impl App {
         }
     }
 
+    /// Reads the body up to `maxRequestBytes`. A larger one is answered without reading the
+    /// rest: with an AdmissionReview denial when its first bytes name the review's uid (so the
+    /// API server denies the object whatever the webhook's failurePolicy), else with HTTP 413.
     async fn read_body(&self, request: Request) -> Result<Bytes, Response> {
-        let too_large = |size: String| {
-            self.reviewer.metrics().reject("too_large");
-            let message = format!(
-                "the request body{size} is over the {}-byte limit (maxRequestBytes)",
-                self.max_body
-            );
-            (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response()
-        };
         let declared = request
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if let Some(size) = declared.filter(|size| *size > self.max_body as u64) {
-            return Err(too_large(format!(" of {size} bytes")));
-        }
-        let limited = http_body_util::Limited::new(request.into_body(), self.max_body);
-        match limited.collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-                Err(too_large(String::new()))
+        let mut body = request.into_body();
+        let mut bytes = Vec::new();
+        let mut over = declared
+            .filter(|size| *size > self.max_body as u64)
+            .is_some();
+        while let Some(frame) = body.frame().await {
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(err) => {
+                    let message = format!("cannot read the request body: {err}");
+                    self.reviewer.reject("malformed", &message);
+                    return Err((StatusCode::BAD_REQUEST, message + "\n").into_response());
+                }
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if over {
+                // Only the start is needed, to find the uid.
+                bytes.extend_from_slice(&data[..data.len().min(UID_SCAN_BYTES)]);
+                if bytes.len() >= UID_SCAN_BYTES {
+                    break;
+                }
+                continue;
             }
-            Err(err) => {
-                self.reviewer.metrics().reject("malformed");
-                Err((
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read the request body: {err}\n"),
-                )
-                    .into_response())
+            if bytes.len() + data.len() > self.max_body {
+                over = true;
+                bytes.truncate(UID_SCAN_BYTES);
+                if bytes.len() >= UID_SCAN_BYTES {
+                    break;
+                }
+                continue;
             }
+            bytes.extend_from_slice(&data);
         }
+        if !over {
+            return Ok(Bytes::from(bytes));
+        }
+        let size = declared
+            .map(|size| format!(" of {size} bytes"))
+            .unwrap_or_default();
+        let message = format!(
+            "the AdmissionReview{size} is over this webhook's {}-byte limit (maxRequestBytes), so \
+             the object cannot be checked; it is denied",
+            self.max_body
+        );
+        self.reviewer.reject("too_large", &message);
+        let generation = self.reviewer.policies().get().generation;
+        Err(match review_uid(&bytes) {
+            Some(uid) => respond(too_large_answer(&uid, &message, generation)),
+            None => (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response(),
+        })
     }
 
     /// Stops taking new work: `/readyz` fails from now on, so load balancers drain this pod.
@@ -210,6 +245,38 @@ impl App {
         self.accepting.store(false, Ordering::Release);
     }
 }
+
+/// How much of an oversized body is read to find the review's uid.
+const UID_SCAN_BYTES: usize = 4096;
+
+/// The uid of an AdmissionReview from its first bytes: kube-apiserver writes
+/// `"request":{"uid":"..."` before the objects.
+fn review_uid(start: &[u8]) -> Option<String> {
+    let marker = br#""request":{"uid":""#;
+    let at = start.windows(marker.len()).position(|w| w == marker)? + marker.len();
+    let rest = &start[at..];
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let uid = std::str::from_utf8(&rest[..end]).ok()?;
+    let plain = !uid.is_empty()
+        && uid.len() <= 128
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    plain.then(|| uid.to_string())
+}
+
+/// Puts `x-nicpolicy-generation` on every answer that has none yet (404, 405, probes), so
+/// each answer says which configuration was serving.
+async fn generation_header(State(app): State<Arc<App>>, mut response: Response) -> Response {
+    if !response.headers().contains_key(GENERATION_HEADER) {
+        let generation = app.reviewer.policies().get().generation;
+        if let Ok(value) = HeaderValue::from_str(&generation.to_string()) {
+            response.headers_mut().insert(GENERATION_HEADER, value);
+        }
+    }
+    response
+}
+
+/// The header naming the configuration generation that answered.
+pub const GENERATION_HEADER: &str = "x-nicpolicy-generation";
 
 fn respond(answer: Answer) -> Response {
     let status = StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::OK);
@@ -219,9 +286,7 @@ fn respond(answer: Answer) -> Response {
         HeaderValue::from_static("application/json"),
     );
     if let Ok(value) = HeaderValue::from_str(&answer.generation.to_string()) {
-        response
-            .headers_mut()
-            .insert("x-nicpolicy-generation", value);
+        response.headers_mut().insert(GENERATION_HEADER, value);
     }
     response
 }

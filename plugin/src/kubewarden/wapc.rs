@@ -177,6 +177,8 @@ fn decide(
         cluster,
         inventory: settings.inventory.clone(),
         settings: settings.policy.clone(),
+        cluster_unknown: false,
+        baseline: false,
     };
     let decision = (policy.evaluate)(&request_for_policy);
     if !decision.allowed {

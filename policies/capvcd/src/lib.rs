@@ -5,13 +5,9 @@
 //! Duplicates, the primary repeated, too many NICs, malformed or unknown names, an unresolvable
 //! primary and NIC changes on provisioned machines are refused. The rules live in
 //! [`nicpolicy_plugin::capvcd`] so site policies can reuse them one by one.
+//!
+//! Natively, `evaluate_request` (defined by `export_policy!`) runs it as the host does.
 
-use nicpolicy_plugin::{capvcd, Decision, Request};
-
-/// Evaluates one machine with the CAPVCD rules, reading the settings from the request (the
-/// exported policy; also callable natively).
-pub fn evaluate(request: &Request) -> Decision {
-    capvcd::evaluate(request)
-}
+use nicpolicy_plugin::capvcd;
 
 nicpolicy_plugin::export_policy!(capvcd::evaluate_with, settings: capvcd::Settings);

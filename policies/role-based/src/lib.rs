@@ -270,8 +270,9 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
         }
     }
 
-    // Without a known primary, a required network may be the primary once the cluster is fixed.
-    if primary != Primary::Unresolved {
+    // Without a known primary (no cluster yet, or one that cannot be resolved), a required
+    // network may be the primary: checked once the machine's cluster is known and fixed.
+    if !matches!(primary, Primary::Unresolved | Primary::ClusterUnknown) {
         for name in &rules.required {
             if extras.contains(name) || primary.name() == Some(name.as_str()) {
                 continue;
@@ -299,11 +300,6 @@ nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 mod tests {
     use super::*;
     use nicpolicy_plugin::testing::{self, violation_fields as fields};
-
-    /// The policy as the host runs it: settings read from the request.
-    fn evaluate(request: &Request) -> Decision {
-        settings::evaluate(request, evaluate_with)
-    }
     use nicpolicy_plugin::ObjectKind;
     use serde_json::json;
 
@@ -339,7 +335,7 @@ mod tests {
 
     #[test]
     fn worker_without_extras_gets_defaults() {
-        let d = evaluate(&request(Role::Worker, &[]));
+        let d = evaluate_request(&request(Role::Worker, &[]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             d.extra_ovdc_networks.as_deref(),
@@ -353,7 +349,7 @@ mod tests {
 
     #[test]
     fn worker_with_extras_keeps_them() {
-        let d = evaluate(&request(Role::Worker, &["backup-net"]));
+        let d = evaluate_request(&request(Role::Worker, &["backup-net"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             d.extra_ovdc_networks.as_deref(),
@@ -368,7 +364,7 @@ mod tests {
         r.operation = Operation::Update;
         r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
         r.old_machine = Some(r.machine.clone());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics.len(), 1);
 
@@ -376,17 +372,17 @@ mod tests {
         let mut old = r.machine.clone();
         old.extra_ovdc_networks = vec!["storage-net".into(), "workload-net".into()];
         r.old_machine = Some(old);
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics.len(), 3);
     }
 
     #[test]
     fn control_plane_rules() {
-        let d = evaluate(&request(Role::ControlPlane, &["storage-net"]));
+        let d = evaluate_request(&request(Role::ControlPlane, &["storage-net"]));
         assert!(d.allowed, "{d:?}");
 
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             Role::ControlPlane,
             &["ext-dmz-net", "workload-net", "mgmt-net"],
         ));
@@ -405,12 +401,12 @@ mod tests {
     fn required_network_missing() {
         let mut r = request(Role::ControlPlane, &["storage-net"]);
         r.cluster.ovdc_network = "mgmt-net-prod".into();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Required)]);
         assert!(d.violations[0].message.contains("\"mgmt-net\""));
 
         r.kind = ObjectKind::VcdMachineTemplate;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.template.spec.extraOvdcNetworks", Reason::Required)]
@@ -418,7 +414,7 @@ mod tests {
 
         // Unknown primary: no Required, only CAPVCD's violation.
         r.cluster.ovdc_network.clear();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("cluster.spec.ovdcNetwork", Reason::Required)]);
     }
 
@@ -426,7 +422,7 @@ mod tests {
     fn null_settings_are_plain_capvcd() {
         let mut r = request(Role::Worker, &["ext-dmz-net"]);
         r.settings = Value::Null;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(d, capvcd::evaluate(&r));
     }
 

@@ -408,7 +408,9 @@ pub fn check_annotations(request: &Request, settings: &Settings) -> Addresses {
                 continue;
             }
         }
-        if !nics.contains(&network) {
+        // Without the cluster, a network that is not an extra one may still be NIC 0: the
+        // address is checked against the inventory, its NIC once the cluster is known.
+        if !nics.contains(&network) && primary != Primary::ClusterUnknown {
             let zone_primary = primary.candidates().iter().any(|(n, _)| *n == network);
             out.violations.push(if zone_primary {
                 fail(
@@ -504,11 +506,6 @@ nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 mod tests {
     use super::*;
     use nicpolicy_plugin::testing;
-
-    /// The policy as the host runs it: settings read from the request.
-    fn evaluate(request: &Request) -> Decision {
-        settings::evaluate(request, evaluate_with)
-    }
     use nicpolicy_plugin::Inventory;
     use serde_json::json;
 
@@ -579,7 +576,7 @@ mod tests {
 
     #[test]
     fn manual_address_planned() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &["storage-net"],
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         ));
@@ -591,7 +588,7 @@ mod tests {
 
     #[test]
     fn primary_and_full_ipv6_with_prefix() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &["storage-v6-net"],
             &[
                 ("nicpolicy.io/ip.mgmt-net", "10.10.0.50/24"),
@@ -655,7 +652,7 @@ mod tests {
 
     #[test]
     fn network_must_be_a_nic_with_inventory() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &[],
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         ));
@@ -668,7 +665,7 @@ mod tests {
             &["backup-net"],
             &[("nicpolicy.io/ip.backup-net", "10.40.0.55")],
         );
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         // CAPVCD's NotFound for the extra, and ours for the annotation.
         assert_eq!(d.violations.len(), 2, "{d:?}");
         assert_eq!(
@@ -677,7 +674,7 @@ mod tests {
         );
 
         r.inventory = None;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::NotFound);
         assert!(message.contains("no inventory"));
@@ -690,7 +687,7 @@ mod tests {
             &[("nicpolicy.io/ip.storage-net", "10.20.0.55")],
         );
         r.kind = ObjectKind::VcdMachineTemplate;
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::Forbidden);
         assert!(message.contains("POOL"));
@@ -707,20 +704,20 @@ mod tests {
         r.machine.provider_id = Some("vmware-cloud-director://urn:vcloud:vm:1".into());
         r.old_machine = Some(r.machine.clone());
         // Its own address is in usedIpAddresses: no Duplicate.
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics[1].ip_address.as_deref(), Some("10.20.0.21"));
 
         r.machine
             .annotations
             .insert("nicpolicy.io/ip.storage-net".into(), "10.20.0.56".into());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (_, reason, message) = one_violation(&d);
         assert_eq!(reason, Reason::Forbidden);
         assert!(message.contains("changes from 10.20.0.21 to 10.20.0.56"));
 
         r.settings = json!({"capvcd": {"allowNicChangesOnProvisioned": true}});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.warnings.len(), 1);
         assert_eq!(d.nics[1].ip_address.as_deref(), Some("10.20.0.56"));
@@ -736,7 +733,7 @@ mod tests {
             ],
         );
         r.settings = json!({"manualNetworks": ["storage-net"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         let (field, reason, _) = one_violation(&d);
         assert_eq!(field, "metadata.annotations[nicpolicy.io/ip.mgmt-net]");
         assert_eq!(reason, Reason::Forbidden);
@@ -747,14 +744,14 @@ mod tests {
     fn manual_overrides_none_primary_mode() {
         let mut r = request(&[], &[("nicpolicy.io/ip.mgmt-net", "10.10.0.50")]);
         r.settings = json!({"capvcd": {"networks": {"mgmt-net": {"ipAllocationMode": "NONE"}}}});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(d.nics[0].ip_allocation_mode, IpAllocationMode::Manual);
     }
 
     #[test]
     fn misspelt_annotation_warns() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             &[],
             &[("nicpolicy.io/ip-storage-net", "10.20.0.55")],
         ));

@@ -215,6 +215,22 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
             map,
         })
     };
+    if request.cluster_unknown {
+        // Without the cluster only the machine's own zone and the settings are known: that
+        // zone's mapping, else the default one; without either, logical names wait for the
+        // cluster (the machine is created with its cluster label).
+        let zone = machine.failure_domain.as_deref().filter(|z| !z.is_empty());
+        let zone_map = zone.and_then(|zone| {
+            settings.zones.get(zone).map(|map| Resolved::Mapped {
+                label: format!("zone {zone:?}"),
+                map,
+            })
+        });
+        return zone_map.or_else(default).unwrap_or(Resolved::Unmapped {
+            violation: None,
+            per_name: None,
+        });
+    }
     if !cluster.is_multi_zone() {
         return default().unwrap_or_else(|| Resolved::Unmapped {
             violation: None,
@@ -424,6 +440,11 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     }
     violations.append(&mut decision.violations);
     decision.violations = violations;
+    if request.cluster_unknown && kept.len() != request.machine.extra_ovdc_networks.len() {
+        // Logical names wait for the cluster's zones: leave the machine's list as it is rather
+        // than write it back without them.
+        decision.extra_ovdc_networks = None;
+    }
     decision.finish()
 }
 
@@ -433,11 +454,6 @@ nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 mod tests {
     use super::*;
     use nicpolicy_plugin::testing::{self, violation_fields as fields};
-
-    /// The policy as the host runs it: settings read from the request.
-    fn evaluate(request: &Request) -> Decision {
-        settings::evaluate(request, evaluate_with)
-    }
     use nicpolicy_plugin::{Inventory, Network, Operation, Zone};
     use serde_json::json;
 
@@ -473,7 +489,7 @@ mod tests {
 
     #[test]
     fn maps_logical_names_of_the_zone() {
-        let d = evaluate(&request(Some("zone-b"), &["storage", "workload"]));
+        let d = evaluate_request(&request(Some("zone-b"), &["storage", "workload"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(
             networks(&d),
@@ -487,14 +503,14 @@ mod tests {
 
     #[test]
     fn real_names_pass_through() {
-        let d = evaluate(&request(Some("zone-a"), &["storage-net-a", "backup"]));
+        let d = evaluate_request(&request(Some("zone-a"), &["storage-net-a", "backup"]));
         assert!(d.allowed, "{d:?}");
         assert_eq!(networks(&d), ["mgmt-net-a", "storage-net-a", "backup-net"]);
     }
 
     #[test]
     fn unmapped_names_are_not_found_and_capvcd_paths_keep_original_indexes() {
-        let d = evaluate(&request(
+        let d = evaluate_request(&request(
             Some("zone-b"),
             &["backup", "storage-net-a", "storage", "storage-net-b"],
         ));
@@ -533,7 +549,7 @@ mod tests {
                 })
                 .collect(),
         });
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
@@ -545,29 +561,29 @@ mod tests {
 
     #[test]
     fn without_failure_domain_default_or_required() {
-        let d = evaluate(&request(None, &["storage"]));
+        let d = evaluate_request(&request(None, &["storage"]));
         assert_eq!(d.extra_ovdc_networks, Some(vec!["storage-net".into()]));
 
         let mut r = request(None, &["storage", "ext-dmz-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.failureDomain", Reason::Required)]);
         // Nothing logical listed: nothing to map, no violation.
         let mut r = request(None, &["ext-dmz-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        assert!(evaluate(&r).allowed);
+        assert!(evaluate_request(&r).allowed);
     }
 
     #[test]
     fn zone_without_mapping() {
-        let d = evaluate(&request(Some("zone-c"), &["storage"]));
+        let d = evaluate_request(&request(Some("zone-c"), &["storage"]));
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
         );
         assert!(d.violations[0].message.contains("zone \"zone-c\" has no"));
         // Not a zone of the cluster: CAPVCD's violation only.
-        let d = evaluate(&request(Some("zone-x"), &["storage"]));
+        let d = evaluate_request(&request(Some("zone-x"), &["storage"]));
         assert_eq!(fields(&d), [("spec.failureDomain", Reason::NotFound)]);
     }
 
@@ -576,11 +592,11 @@ mod tests {
         let mut r = request(None, &["workload"]);
         r.cluster.zones.clear();
         r.cluster.ovdc_network = "mgmt-net".into();
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert!(d.allowed, "{d:?}");
         assert_eq!(networks(&d), ["mgmt-net", "workload-net"]);
         r.settings = json!({"zones": settings()["zones"]});
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(
             fields(&d),
             [("spec.extraOvdcNetworks[0]", Reason::NotFound)]
@@ -595,9 +611,9 @@ mod tests {
         let mut old = r.machine.clone();
         old.extra_ovdc_networks = vec!["storage-net-a".into()];
         r.old_machine = Some(old);
-        assert!(evaluate(&r).allowed);
+        assert!(evaluate_request(&r).allowed);
         r.machine.extra_ovdc_networks.push("workload".into());
-        let d = evaluate(&r);
+        let d = evaluate_request(&r);
         assert_eq!(fields(&d), [("spec.extraOvdcNetworks", Reason::Forbidden)]);
     }
 
@@ -605,7 +621,7 @@ mod tests {
     fn null_settings_are_plain_capvcd() {
         let mut r = request(Some("zone-a"), &["storage-net"]);
         r.settings = Value::Null;
-        assert_eq!(evaluate(&r), capvcd::evaluate(&r));
+        assert_eq!(evaluate_request(&r), capvcd::evaluate(&r));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::FailureMode;
+use super::{FailureMode, UnknownClusterMode};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -19,7 +19,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub policies: BTreeMap<String, Vec<Policy>>,
     pub on_policy_failure: Option<FailureMode>,
-    pub on_unknown_cluster: Option<FailureMode>,
+    pub on_unknown_cluster: Option<UnknownClusterMode>,
     pub inventory: Option<PathBuf>,
     pub clusters: Option<Clusters>,
     pub evaluation: Option<Evaluation>,
@@ -46,6 +46,7 @@ pub struct Policy {
     pub settings_file: Option<PathBuf>,
     pub timeout: Option<String>,
     pub memory: Option<Size>,
+    pub max_input_bytes: Option<Size>,
 }
 
 #[derive(Deserialize)]

@@ -7,7 +7,7 @@
 //! tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
 //! inventory: inventory.yaml            # relative paths are relative to this file
 //! onPolicyFailure: Deny                # or Allow (with a warning)
-//! onUnknownCluster: Deny               # or Allow (with a warning)
+//! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
 //! policies:
 //!   VCDMachine:
 //!     - path: policies/capvcd.wasm
@@ -15,6 +15,7 @@
 //!       settings: {maxNics: 6}
 //!       timeout: 250ms
 //!       memory: 64Mi
+//!       maxInputBytes: 3Mi             # default: maxRequestBytes
 //!   VCDMachineTemplate:
 //!     - builtin: capvcd
 //! ```
@@ -43,13 +44,18 @@ pub struct Defaults {
     pub tls_reload_interval: Duration,
     /// `timeout` of a policy entry.
     pub policy_timeout: Duration,
-    /// `onPolicyFailure` and `onUnknownCluster`.
+    /// `onPolicyFailure`.
     pub failure_mode: FailureMode,
+    /// `onUnknownCluster`.
+    pub unknown_cluster: UnknownClusterMode,
     /// `clusters.clusterApiVersion`.
     pub cluster_api_version: &'static str,
     /// `evaluation.queueTimeout`.
     pub queue_timeout: Duration,
-    /// `maxRequestBytes`.
+    /// `maxRequestBytes`: kube-apiserver's own limit on a request body. Also the default
+    /// `maxInputBytes` of every policy: a policy's request is built from the body (the object
+    /// and the stored object without status and managedFields), so a body the server accepts
+    /// gives an input under the cap unless the inventory or settings are large.
     pub max_request_bytes: usize,
     /// `reload.interval`.
     pub reload_interval: Duration,
@@ -66,6 +72,7 @@ pub const DEFAULTS: Defaults = Defaults {
     tls_reload_interval: Duration::from_secs(10),
     policy_timeout: Duration::from_millis(250),
     failure_mode: FailureMode::Deny,
+    unknown_cluster: UnknownClusterMode::CheckWithoutCluster,
     cluster_api_version: "v1beta1",
     queue_timeout: Duration::from_secs(2),
     max_request_bytes: 3 << 20,
@@ -79,6 +86,21 @@ pub enum FailureMode {
     /// Deny the object, saying why.
     Deny,
     /// Admit the object with a warning saying what was not checked.
+    Allow,
+}
+
+/// What to answer for a machine whose VCDCluster cannot be found: it names no cluster (a
+/// VCDMachineTemplate as `clusterctl generate cluster` writes it), or one that does not exist yet
+/// (`kubectl apply` creates a manifest's objects in file order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum UnknownClusterMode {
+    /// Check every rule that does not need the cluster (duplicates, NIC count, names, settings,
+    /// inventory) and admit with a warning when they pass; the rest runs when the machine is
+    /// created with its cluster label. The default.
+    CheckWithoutCluster,
+    /// Deny, saying what is missing (the strictness of earlier releases).
+    Deny,
+    /// Admit unchecked, with a warning.
     Allow,
 }
 
@@ -131,7 +153,7 @@ pub struct ServeConfig {
     /// What to do when a policy fails at run time (trap, time limit, memory cap, bad output).
     pub on_policy_failure: FailureMode,
     /// What to do when the machine's cluster cannot be found.
-    pub on_unknown_cluster: FailureMode,
+    pub on_unknown_cluster: UnknownClusterMode,
     /// The org VDC network inventory file.
     pub inventory: Option<PathBuf>,
     /// Where VCDClusters come from.
@@ -187,7 +209,9 @@ impl ServeConfig {
                 source: PolicySource::Builtin(&crate::builtin::CAPVCD),
                 settings: SettingsSource::default(),
                 sha256: None,
-                limits: Limits::default().with_timeout(DEFAULTS.policy_timeout),
+                limits: Limits::default()
+                    .with_timeout(DEFAULTS.policy_timeout)
+                    .with_max_input_bytes(DEFAULTS.max_request_bytes),
             },
             field: format!("policies.{}[0]", kind.as_str()),
         };
@@ -200,7 +224,7 @@ impl ServeConfig {
                 .map(|k| (k, vec![capvcd(k)]))
                 .collect(),
             on_policy_failure: DEFAULTS.failure_mode,
-            on_unknown_cluster: DEFAULTS.failure_mode,
+            on_unknown_cluster: DEFAULTS.unknown_cluster,
             inventory: None,
             clusters: ClusterSourceConfig::Kubernetes {
                 cluster_api_version: DEFAULTS.cluster_api_version.to_string(),
@@ -232,7 +256,10 @@ impl ServeConfig {
     /// As for [`ServeConfig::read`].
     pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
         let manifest = ManifestFile::parse(path, text)?;
-        let reader = Reader { path };
+        let mut reader = Reader {
+            path,
+            max_request_bytes: DEFAULTS.max_request_bytes,
+        };
         let value = match manifest.objects.as_slice() {
             [one] => &one.value,
             [] => return Err(reader.error("", "the file is empty")),
@@ -244,6 +271,12 @@ impl ServeConfig {
             reader.error(&field, err.inner())
         })?;
         reader.header(&raw)?;
+        // Read first: it is every policy's default input cap.
+        reader.max_request_bytes = reader.size(
+            "maxRequestBytes",
+            &raw.max_request_bytes,
+            DEFAULTS.max_request_bytes,
+        )?;
         let (workers, queue_timeout) = reader.evaluation(raw.evaluation.as_ref())?;
         Ok(ServeConfig {
             path: Some(path.to_path_buf()),
@@ -254,16 +287,12 @@ impl ServeConfig {
             tls: raw.tls.as_ref().map(|tls| reader.tls(tls)).transpose()?,
             policies: reader.policies(&raw.policies)?,
             on_policy_failure: raw.on_policy_failure.unwrap_or(DEFAULTS.failure_mode),
-            on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.failure_mode),
+            on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
             inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
             clusters: reader.clusters(raw.clusters.as_ref())?,
             workers,
             queue_timeout,
-            max_request_bytes: reader.size(
-                "maxRequestBytes",
-                &raw.max_request_bytes,
-                DEFAULTS.max_request_bytes,
-            )?,
+            max_request_bytes: reader.max_request_bytes,
             reload_interval: reader.reload(raw.reload.as_ref())?,
             nic_plan_annotation: raw
                 .nic_plan_annotation
@@ -299,6 +328,8 @@ impl ServeConfig {
 /// directory, and every error names it and the field.
 struct Reader<'a> {
     path: &'a Path,
+    /// `maxRequestBytes`, the default `maxInputBytes` of each policy.
+    max_request_bytes: usize,
 }
 
 impl Reader<'_> {
@@ -456,6 +487,11 @@ impl Reader<'_> {
                 &format!("{at}.memory"),
                 &entry.memory,
                 Limits::DEFAULT_MEMORY_BYTES,
+            )?)
+            .with_max_input_bytes(self.size(
+                &format!("{at}.maxInputBytes"),
+                &entry.max_input_bytes,
+                self.max_request_bytes,
             )?);
         Ok(PolicyConfig {
             spec: PolicySpec {
@@ -586,7 +622,10 @@ reload: {interval: 1s}
         assert_eq!(tls.cert_file, Path::new("/etc/nicpolicy/tls/tls.crt"));
         assert_eq!(tls.key_file, Path::new("/tls/tls.key"));
         assert_eq!(config.on_policy_failure, FailureMode::Allow);
-        assert_eq!(config.on_unknown_cluster, FailureMode::Deny);
+        assert_eq!(
+            config.on_unknown_cluster,
+            UnknownClusterMode::CheckWithoutCluster
+        );
         let machine = &config.policies[&ObjectKind::VcdMachine][0];
         assert_eq!(
             machine.spec.source,
