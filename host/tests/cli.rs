@@ -642,6 +642,9 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
         stderr(&output).contains("Kubewarden (waPC)"),
         "{}",
         stderr(&output)
+    );
+}
+
 /// `examples/machine.yaml` with its extra networks replaced by `extras` (YAML list items) and
 /// `metadata` lines added.
 fn example_machine(name: &str, extras: &[&str], metadata: &str) -> String {
