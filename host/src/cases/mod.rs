@@ -135,7 +135,8 @@ pub struct CaseObjects {
     pub machine: Value,
     /// The stored version, for an UPDATE.
     pub old: Option<Value>,
-    /// Every object of the cluster file (Cluster and VCDCluster objects among them).
+    /// Every object of the cluster file (Cluster and VCDCluster objects among them); empty when
+    /// the case has no cluster (its machine's cluster is not known yet).
     pub cluster: Vec<Value>,
 }
 
@@ -211,7 +212,10 @@ impl Case {
                 .as_ref()
                 .map(|file| file.find_machine(machine_name).map(|o| o.value.clone()))
                 .transpose()?,
-            cluster: cluster.objects.iter().map(|o| o.value.clone()).collect(),
+            cluster: cluster
+                .iter()
+                .flat_map(|file| file.objects.iter().map(|o| o.value.clone()))
+                .collect(),
         };
         Ok(Case {
             path: path.to_path_buf(),
