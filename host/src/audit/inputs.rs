@@ -242,6 +242,8 @@ impl Inputs {
                 cluster: found.cluster,
                 inventory: inventory.cloned(),
                 settings: Value::Null,
+                cluster_unknown: false,
+                baseline: false,
             }),
         }
     }
