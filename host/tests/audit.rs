@@ -303,3 +303,20 @@ fn unreadable_files_are_named_without_stopping_the_run() {
     assert!(text.contains("Files not read:"), "{text}");
     assert!(text.contains("values.yaml:1"), "{text}");
 }
+
+#[test]
+fn the_shipped_candidate_configuration_loads() {
+    // The controller's candidate ConfigMap has the webhook's format: `review` loads it the same
+    // way (every policy compiled, settings checked) and decides with it.
+    let output = nicpolicy(&[
+        "review",
+        "--config",
+        "config/controller/candidate/nicpolicy.yaml",
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-invalid.json",
+        "--clusters",
+        "examples/cluster.yaml",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert_eq!(json(&output)["response"]["allowed"], false);
+}
