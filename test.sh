@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
-# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime).
+# the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
+# the starter site policy, the playground page in headless Chromium, then the end-to-end suites
+# against a real kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -44,3 +46,13 @@ site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
   "$nicpolicy_bin" inspect "$site_wasm"
   "$nicpolicy_bin" test --policy "$site_wasm" cases/
 )
+
+# End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
+# modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
+tests/e2e/run.sh
+
+# The playground page in headless Chromium (Debian's `chromium`; playwright-core never downloads a
+# browser), served by the binary `cargo test` built and checked against its decisions.
+# Screenshots: target/playground-screenshots/.
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/playground --no-audit --no-fund
+NICPOLICY_BIN="$nicpolicy" node --test --test-concurrency=1 tests/playground/browser.test.mjs

@@ -6,6 +6,11 @@
 //! Each module then goes through Binaryen's `wasm-opt -Os` when it is installed (`$WASM_OPT`,
 //! else `wasm-opt` on `PATH`; `WASM_OPT=none` skips it): the `policy` profile optimises for
 //! speed, wasm-opt takes the size back down (CAPVCD: 217 KB to 194 KB, see docs/benchmarks.md).
+//!
+//! It also builds the playground page that `nicpolicy playground` serves: the same policy
+//! crates through wasm-bindgen (their `js` feature), the manifest reader of `host/playground`,
+//! and the static files of `host/playground/www`, embedded with the example manifests. Set
+//! `NICPOLICY_PLAYGROUND_DIR` to a directory holding a page built before to skip that build.
 
 use std::env;
 use std::fmt::Write as _;
@@ -72,7 +77,15 @@ fn main() {
     }
     generated.push_str("];\n");
     std::fs::write(out_dir.join("builtin_policies.rs"), generated).expect("write generated code");
+
+    #[cfg(feature = "playground")]
+    page::embed(&workspace, &crates, &out_dir);
 }
+
+/// The playground page's build, in a file of its own.
+#[cfg(feature = "playground")]
+#[path = "build/page.rs"]
+mod page;
 
 /// Crates under `policies/`, each a directory with a Cargo.toml, sorted by name.
 fn policy_crates(dir: &Path) -> Vec<PolicyCrate> {
@@ -97,37 +110,52 @@ fn policy_crates(dir: &Path) -> Vec<PolicyCrate> {
 
 /// Builds the crates with the `policy` profile; returns where the modules are.
 fn build(workspace: &Path, crates: &[PolicyCrate]) -> PathBuf {
-    // A separate target directory: the outer cargo holds the lock on its own.
-    let target_dir = env::var_os("CARGO_TARGET_DIR")
+    let target_dir = wasm_target_dir(workspace, "wasm-policies");
+    let mut command = wasm_build(workspace, &target_dir, "policy");
+    for policy in crates {
+        command.args(["--package", &policy.package]);
+    }
+    run_wasm_build(command, "the policies");
+    target_dir.join(WASM_TARGET).join("policy")
+}
+
+/// A target directory of its own for a nested wasm32 build: the outer cargo holds the lock on
+/// its own.
+fn wasm_target_dir(workspace: &Path, name: &str) -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
-        .join("wasm-policies");
+        .join(name)
+}
+
+/// `cargo build --profile PROFILE --target wasm32-unknown-unknown`, packages to be added.
+fn wasm_build(workspace: &Path, target_dir: &Path, profile: &str) -> Command {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .current_dir(workspace)
-        .args(["build", "--profile", "policy", "--target", WASM_TARGET])
+        .args(["build", "--profile", profile, "--target", WASM_TARGET])
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         // Flags meant for the host build must not leak into the wasm build.
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET");
-    for policy in crates {
-        command.args(["--package", &policy.package]);
-    }
+    command
+}
+
+fn run_wasm_build(mut command: Command, what: &str) {
     let status = command
         .status()
-        .unwrap_or_else(|err| panic!("cannot run cargo to build the policies: {err}"));
+        .unwrap_or_else(|err| panic!("cannot run cargo to build {what}: {err}"));
     if !status.success() {
         panic!(
-            "building the policies for {WASM_TARGET} failed (see above); \
+            "building {what} for {WASM_TARGET} failed (see above); \
              is the target installed? `rustup target add {WASM_TARGET}`"
         );
     }
-    target_dir.join(WASM_TARGET).join("policy")
 }
 
 /// The wasm-opt to run, or `None` (with a warning when it is missing rather than turned off).

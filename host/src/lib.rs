@@ -45,6 +45,10 @@
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
 //!   files, suites and JUnit reports), [`error`].
 //!
+//! - [`audit`] and [`controller`] (feature `webhook`): every machine of a set of manifests or of
+//!   a cluster evaluated against its own cluster, with a candidate chain beside (shadow mode);
+//!   `nicpolicy audit` and the continuous `nicpolicy controller`.
+//!
 //! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
 //!
 //! # Features
@@ -53,23 +57,32 @@
 //!   embedded (`builtin`, `builtin:NAME` sources). Off, nothing is built inside your build.
 //! - `webhook` (default): the admission webhook of `nicpolicy serve` (`webhook`): axum, kube,
 //!   rustls, tokio.
+//! - `playground` (default): the page of `nicpolicy playground` ([`playground`]), built by
+//!   `build.rs` (the policies' JS builds and the manifest reader of `host/playground`) and
+//!   embedded.
 //! - `cli` (default): the `nicpolicy` binary.
 //!
 //! `default-features = false` leaves the core: load, limits, evaluate, chains, manifests.
 
 #![doc(test(attr(deny(warnings))))]
 
+#[cfg(feature = "webhook")]
+pub mod audit;
 #[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod cache;
 pub mod cases;
 pub mod chain;
+#[cfg(feature = "webhook")]
+pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod inspect;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
+#[cfg(feature = "playground")]
+pub mod playground;
 pub mod policy;
 pub mod spec;
 #[cfg(feature = "webhook")]

@@ -48,6 +48,15 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Serve the playground page: paste manifests, see every machine's NICs drawn and decided
+    /// by the built-in policies, in the browser.
+    Playground(cli::playground::PlaygroundArgs),
+    /// Evaluate every machine and machine template of manifest folders or of a live cluster,
+    /// grouped by cluster, optionally beside a candidate chain (shadow mode).
+    Audit(cli::audit::AuditArgs),
+    /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
+    /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
+    Controller(cli::controller::ControllerArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +65,7 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let positions = Positions::of(matches.subcommand().map(|(_, m)| m));
+    let candidate_positions = Positions::of_candidates(matches.subcommand().map(|(_, m)| m));
     let result = match cli.command {
         Command::Eval(args) => cli::eval::run(args, &positions),
         Command::Inspect(args) => cli::inspect::run(args),
@@ -63,6 +73,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Playground(args) => cli::playground::run(args),
+        Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
+        Command::Controller(args) => cli::controller::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

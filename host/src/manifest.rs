@@ -162,7 +162,8 @@ impl ManifestFile {
                             })
                         }
                     };
-                    for (j, item) in items.into_iter().enumerate() {
+                    for (j, mut item) in items.into_iter().enumerate() {
+                        drop_nulls(&mut item);
                         objects.push(Object {
                             value: item,
                             position: join(&position, &format!("items[{j}]")),
@@ -170,7 +171,10 @@ impl ManifestFile {
                     }
                 }
                 (_, Value::Null) => {}
-                (_, value) => objects.push(Object { value, position }),
+                (_, mut value) => {
+                    drop_nulls(&mut value);
+                    objects.push(Object { value, position })
+                }
             }
         }
         Ok(ManifestFile {
@@ -257,6 +261,12 @@ impl ManifestFile {
                 })
             }
         };
+        self.machine_object(object)
+    }
+
+    /// Reads `object` (a VCDMachine or VCDMachineTemplate of this file) into the schema's
+    /// machine.
+    pub fn machine_object(&self, object: &Object) -> Result<(ObjectKind, Machine), ManifestError> {
         machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
     }
 
@@ -297,7 +307,26 @@ impl ManifestFile {
                     }
                 }
             };
+        self.cluster_object(object)
+    }
+
+    /// Reads `object` (a VCDCluster of this file) into the schema's cluster.
+    pub fn cluster_object(&self, object: &Object) -> Result<Cluster, ManifestError> {
         cluster_from_object(&object.value).map_err(|err| self.object_error(object, err))
+    }
+}
+
+/// Removes the fields whose value is `null`, at every depth, so objects read as kubectl reads
+/// them: CAPVCD's own samples write `spec:` followed only by a comment, which YAML reads as a
+/// null spec and the API server (Go's JSON decoding) as an empty one.
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
     }
 }
 

@@ -850,6 +850,73 @@ fn own_uid() -> u32 {
 }
 
 #[test]
+fn playground_out_writes_the_page_for_a_static_server() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground-out");
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = nicpolicy(&["playground", "--out", dir.to_str().expect("UTF-8 path")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let index = std::fs::read_to_string(dir.join("index.html")).expect("index.html");
+    assert!(index.contains("app.js"), "{index}");
+    let policies = std::fs::read_to_string(dir.join("pkg/policies.json")).expect("policies.json");
+    for name in ["capvcd", "role-based", "zone-aware", "static-ip"] {
+        assert!(policies.contains(&format!("\"{name}\"")), "{policies}");
+    }
+    let wasm = std::fs::read(dir.join("pkg/nicpolicy_capvcd_bg.wasm")).expect("the JS build");
+    assert_eq!(&wasm[..4], b"\0asm");
+    assert!(dir.join("examples/cluster.yaml").is_file());
+}
+
+#[test]
+fn playground_serves_the_page_until_stopped() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+        .args(["playground", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("nicpolicy runs");
+    let mut line = String::new();
+    let stdout_pipe = server.stdout.take().expect("stdout");
+    BufReader::new(stdout_pipe)
+        .read_line(&mut line)
+        .expect("the URL line");
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let get = |path: &str| {
+        let mut stream = TcpStream::connect(&address).expect("connects");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("request sent");
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).expect("response");
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    let index = get("/");
+    let wasm = get("/pkg/nicpolicy_playground_bg.wasm");
+    let missing = get("/../Cargo.toml");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(index.starts_with("HTTP/1.1 200"), "{index}");
+    assert!(index.contains("content-type: text/html"), "{index}");
+    assert!(index.contains("wasm-unsafe-eval"), "{index}");
+    assert!(wasm.contains("content-type: application/wasm"), "{wasm}");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+}
+
+#[test]
+fn playground_refuses_listen_and_out_together() {
+    let output = nicpolicy(&["playground", "--listen", "127.0.0.1:0", "--out", "x"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}
+
+#[test]
 fn a_native_library_given_as_a_policy_says_how_to_build_one() {
     // The start of a Linux shared object, as `cargo build` writes it for the host.
     let library = scratch(

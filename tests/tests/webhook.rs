@@ -51,7 +51,7 @@ fn shipped_config(dir: &Path) -> ServeConfig {
         .expect("copy config");
     }
     let module = builtin::get("role-based").expect("built in").wasm;
-    std::fs::write(dir.join("role-based.wasm"), module).expect("write module");
+    std::fs::write(dir.join("policy.wasm"), module).expect("write module");
     let mut config =
         ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("shipped config is valid");
     config.clusters = ClusterSourceConfig::Static {

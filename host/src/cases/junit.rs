@@ -58,7 +58,7 @@ pub fn report(report: &Report) -> String {
 /// into spaces; carriage returns always do, because parsers fold them into line feeds. Characters
 /// XML 1.0 cannot hold even as references (other control characters, U+FFFE, U+FFFF) are
 /// written as the text `\u0001`.
-fn xml_escape(text: &str, attribute: bool) -> String {
+pub fn xml_escape(text: &str, attribute: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -11,12 +11,14 @@ use crate::exit;
 
 #[derive(clap::Args)]
 pub struct EvalArgs {
-    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works).
-    /// Without it the machine is checked as one whose cluster is not known yet: only the rules
-    /// that need no cluster apply.
+    /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works); the
+    /// machine file itself when omitted and it holds one. Without either, the machine is checked
+    /// as one whose cluster is not known yet: only the rules that need no cluster apply.
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
-    /// File holding the VCDMachine or VCDMachineTemplate.
+    /// File holding the VCDMachine or VCDMachineTemplate. When it holds several, each is
+    /// evaluated against its own cluster (found as the webhook finds it) unless --machine-name
+    /// picks one.
     #[arg(long, value_name = "FILE")]
     machine: PathBuf,
     /// Which machine, when the machine file holds several.
@@ -47,8 +49,26 @@ pub struct EvalArgs {
 
 /// Runs `nicpolicy eval`.
 pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
+    let machines = manifest::ManifestFile::read(&args.machine).map_err(usage)?;
+    if args.machine_name.is_none()
+        && machines
+            .of_kinds(&nicpolicy::audit::inputs::MACHINE_KINDS)
+            .count()
+            > 1
+    {
+        return eval_many(args, machines, positions);
+    }
+    // Without --cluster, the machine file's own VCDCluster (a whole clusterctl output); a file
+    // without one leaves the cluster unknown, as the webhook treats a machine without cluster.
+    let cluster = match args.cluster.as_deref() {
+        Some(path) => Some(path),
+        None => machines
+            .of_kinds(&["VCDCluster"])
+            .next()
+            .map(|_| args.machine.as_path()),
+    };
     let request = manifest::RequestFiles {
-        cluster: args.cluster.as_deref(),
+        cluster,
         machine: Some(&args.machine),
         machine_name: args.machine_name.as_deref(),
         old: args.old.as_deref(),
@@ -80,4 +100,33 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     };
     print!("{text}");
     Ok(if decision.allowed { 0 } else { exit::DENIED })
+}
+
+/// A machine file with several machines: each against its own cluster, through the audit.
+fn eval_many(
+    args: EvalArgs,
+    machines: manifest::ManifestFile,
+    positions: &Positions,
+) -> Result<u8, Failure> {
+    if let Some(old) = &args.old {
+        return Err(usage(anyhow::anyhow!(
+            "--old {}: an UPDATE is of one machine; choose it with --machine-name",
+            old.display()
+        )));
+    }
+    let clusters = args
+        .cluster
+        .as_deref()
+        .map(manifest::ManifestFile::read)
+        .transpose()
+        .map_err(usage)?;
+    let inventory = args
+        .inventory
+        .as_deref()
+        .map(manifest::read_inventory)
+        .transpose()
+        .map_err(usage)?;
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    super::audit::eval_many(machines, clusters, inventory, &chain, args.output)
 }

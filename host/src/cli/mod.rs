@@ -1,9 +1,12 @@
 //! The `nicpolicy` commands, one module each, and what they share: the output format and the
 //! error type that carries an exit code.
 
+pub mod audit;
+pub mod controller;
 pub mod eval;
 pub mod export;
 pub mod inspect;
+pub mod playground;
 pub mod policy_args;
 pub mod render;
 pub mod review;

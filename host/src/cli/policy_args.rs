@@ -37,8 +37,21 @@ pub struct PolicyArgs {
     no_cache: bool,
 }
 
+impl PolicyArgs {
+    /// Other policies (a candidate chain) under the same limits and cache use.
+    pub fn with_sources(&self, policies: Vec<PolicySource>, sha256: Vec<String>) -> PolicyArgs {
+        PolicyArgs {
+            policies,
+            sha256,
+            timeout: self.timeout,
+            memory: self.memory,
+            no_cache: self.no_cache,
+        }
+    }
+}
+
 /// `builtin:NAME` names an embedded policy; anything else is a file.
-fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
+pub(super) fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
     PolicySource::parse(text).map_err(|err| err.to_string())
 }
 
@@ -53,6 +66,19 @@ pub struct Positions {
 impl Positions {
     /// The positions in a subcommand's matches (none when it has no policy options).
     pub fn of(matches: Option<&ArgMatches>) -> Positions {
+        Positions::of_ids(matches, ["policies", "settings", "sha256"])
+    }
+
+    /// The positions of the candidate chain's options (`nicpolicy audit --candidate`,
+    /// `--candidate-settings`, `--candidate-sha256`).
+    pub fn of_candidates(matches: Option<&ArgMatches>) -> Positions {
+        Positions::of_ids(
+            matches,
+            ["candidates", "candidate_settings", "candidate_sha256"],
+        )
+    }
+
+    fn of_ids(matches: Option<&ArgMatches>, [policies, settings, sha256]: [&str; 3]) -> Positions {
         let indices = |id: &str| -> Vec<usize> {
             matches
                 // `indices_of` insists on an argument the subcommand defines.
@@ -62,9 +88,9 @@ impl Positions {
                 .unwrap_or_default()
         };
         Positions {
-            policies: indices("policies"),
-            settings: indices("settings"),
-            sha256: indices("sha256"),
+            policies: indices(policies),
+            settings: indices(settings),
+            sha256: indices(sha256),
         }
     }
 

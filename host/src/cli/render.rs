@@ -134,7 +134,7 @@ fn nic_table(decision: &Decision) -> String {
 }
 
 /// Left-aligned columns separated by three spaces, like kubectl's tables.
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
+pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

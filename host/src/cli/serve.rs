@@ -68,7 +68,7 @@ enum LogFormat {
     Json,
 }
 
-fn init_logging(args: &LogArgs) -> Result<()> {
+pub(super) fn init_logging(args: &LogArgs) -> Result<()> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log_level.clone());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .with_context(|| format!("--log-level {filter:?}"))?;

@@ -7,7 +7,7 @@
 //! never waits on an API call).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -117,54 +117,110 @@ fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError>
     cluster_from_object(object).map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
-/// Cluster and VCDCluster objects read from manifest files.
+/// `(namespace, name)` of an object; objects without a namespace are in `default`, as kubectl
+/// would create them.
+type Key = (String, String);
+
+/// The namespace of an object; `default` when it has none, as kubectl would create it.
+pub fn namespace_of(object: &Value) -> &str {
+    object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default")
+}
+
+fn key_of(object: &Value) -> Key {
+    let namespace = namespace_of(object);
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    (namespace.to_string(), name.to_string())
+}
+
+/// What a machine was matched with, for grouping results by cluster.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ClusterGroup {
+    /// `Cluster` (found through the machine's cluster name), `ClusterClass` (a template of a
+    /// class), `VCDCluster` or `VCDClusterTemplate` (the only one in the files).
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// A machine's cluster as [`StaticClusters::find`] found it.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The VCDCluster (or the spec of a VCDClusterTemplate) the policy sees.
+    pub cluster: Cluster,
+    /// What the machine belongs to.
+    pub group: ClusterGroup,
+    /// The template is the control-plane machine template of a ClusterClass, which CAPI labels
+    /// `cluster.x-k8s.io/control-plane` only in the copies it makes.
+    pub control_plane: bool,
+}
+
+/// Cluster, VCDCluster, VCDClusterTemplate and ClusterClass objects read from manifest files.
 #[derive(Debug, Default)]
 pub struct StaticClusters {
-    clusters: HashMap<(String, String), Value>,
-    vcd_clusters: HashMap<(String, String), Value>,
+    clusters: HashMap<Key, Value>,
+    vcd_clusters: HashMap<Key, Value>,
+    cluster_templates: HashMap<Key, Value>,
+    classes: HashMap<Key, Value>,
+    /// The VCDClusters and VCDClusterTemplates of each file, for machines that name no cluster.
+    by_file: HashMap<PathBuf, (Vec<Key>, Vec<Key>)>,
 }
 
 impl StaticClusters {
-    /// Reads every Cluster (`cluster.x-k8s.io`) and VCDCluster in `files`. Objects without a
-    /// namespace are taken to be in `default`, as kubectl would create them.
+    /// Reads every Cluster (`cluster.x-k8s.io`) and VCDCluster in `files`, checking each
+    /// VCDCluster now, so a bad file fails at start rather than per review.
     pub fn read(files: &[PathBuf]) -> Result<StaticClusters, ManifestError> {
         let mut source = StaticClusters::default();
         for path in files {
             let file = ManifestFile::read(path)?;
-            for object in &file.objects {
-                let namespace = object
-                    .value
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("default")
-                    .to_string();
-                let key = (namespace, object.name().to_string());
-                let api_version = object
-                    .value
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                match object.kind() {
-                    "Cluster" if api_version.starts_with("cluster.x-k8s.io/") => {
-                        source.clusters.insert(key, object.value.clone());
-                    }
-                    "VCDCluster" => {
-                        // Checked now, so a bad file fails at start rather than per review.
-                        let label = format!("{}: VCDCluster {}", path.display(), key.1);
-                        read_vcd_cluster(&object.value, &label).map_err(|err| {
-                            ManifestError::Field {
-                                path: path.clone(),
-                                field: object.position.clone(),
-                                message: err.to_string(),
-                            }
-                        })?;
-                        source.vcd_clusters.insert(key, object.value.clone());
-                    }
-                    _ => {}
-                }
+            for object in file.of_kinds(&["VCDCluster"]) {
+                let label = format!("{}: VCDCluster {}", path.display(), object.name());
+                read_vcd_cluster(&object.value, &label).map_err(|err| ManifestError::Field {
+                    path: path.clone(),
+                    field: object.position.clone(),
+                    message: err.to_string(),
+                })?;
             }
+            source.add(&file);
         }
         Ok(source)
+    }
+
+    /// Adds the Clusters, VCDClusters, VCDClusterTemplates and ClusterClasses of `file`. They
+    /// are read when a machine is matched with them: a bad one fails that machine only.
+    pub fn add(&mut self, file: &ManifestFile) {
+        let (vcds, templates) = self.by_file.entry(file.path.clone()).or_default();
+        for object in &file.objects {
+            let key = key_of(&object.value);
+            let api_version = object
+                .value
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let capi = api_version.starts_with("cluster.x-k8s.io/");
+            let map = match object.kind() {
+                "Cluster" if capi => &mut self.clusters,
+                "ClusterClass" if capi => &mut self.classes,
+                "VCDCluster" => {
+                    vcds.push(key.clone());
+                    &mut self.vcd_clusters
+                }
+                "VCDClusterTemplate" => {
+                    templates.push(key.clone());
+                    &mut self.cluster_templates
+                }
+                _ => continue,
+            };
+            map.insert(key, object.value.clone());
+        }
     }
 
     /// How many VCDClusters were read.
@@ -176,6 +232,196 @@ impl StaticClusters {
     pub fn is_empty(&self) -> bool {
         self.vcd_clusters.is_empty()
     }
+
+    /// The cluster of `machine` (a VCDMachine or VCDMachineTemplate read from `file`), found as
+    /// the webhook finds it (cluster-name label or owner Cluster, then the Cluster's
+    /// infrastructureRef); for a template that names no cluster, the VCDClusterTemplate of the
+    /// ClusterClass that uses it; for any other machine that names none, the only VCDCluster
+    /// (else VCDClusterTemplate) of its file, else of all the files.
+    pub fn find(&self, machine: &Value, file: &Path) -> Result<Found, LookupError> {
+        let (namespace, name) = key_of(machine);
+        if let Some(cluster_name) = cluster_name_of(machine) {
+            return Ok(Found {
+                cluster: self.vcd_cluster(&namespace, &cluster_name)?,
+                group: ClusterGroup {
+                    kind: "Cluster",
+                    namespace,
+                    name: cluster_name,
+                },
+                control_plane: false,
+            });
+        }
+        let template = machine.get("kind").and_then(Value::as_str) == Some("VCDMachineTemplate");
+        if template {
+            if let Some(found) = self.class_of_template(&namespace, &name)? {
+                return Ok(found);
+            }
+        }
+        let no_cluster = || LookupError::Unnamed {
+            kind: if template {
+                "VCDMachineTemplate"
+            } else {
+                "VCDMachine"
+            },
+            owner: if template {
+                ", no Cluster owner reference, no ClusterClass using it, and the files hold no single VCDCluster or VCDClusterTemplate to use"
+            } else {
+                ", and the files hold no single VCDCluster to use"
+            },
+        };
+        let (file_vcds, file_templates) = self.by_file.get(file).cloned().unwrap_or_default();
+        let all_vcds: Vec<Key> = self.vcd_clusters.keys().cloned().collect();
+        let all_templates: Vec<Key> = self.cluster_templates.keys().cloned().collect();
+        let mut choices = vec![(file_vcds, false), (all_vcds, false)];
+        // Only templates are evaluated against a VCDClusterTemplate: a VCDMachine is a VM of
+        // a real cluster.
+        if template {
+            choices.insert(1, (file_templates, true));
+            choices.push((all_templates, true));
+        }
+        for (keys, is_template) in choices {
+            match keys.as_slice() {
+                [] => continue,
+                [key] if !is_template => {
+                    return Ok(Found {
+                        cluster: self.vcd_cluster(&key.0, &key.1)?,
+                        group: self.owner_of(key),
+                        control_plane: false,
+                    })
+                }
+                [key] => {
+                    return Ok(Found {
+                        cluster: self.template_cluster(&key.0, &key.1)?,
+                        group: ClusterGroup {
+                            kind: "VCDClusterTemplate",
+                            namespace: key.0.clone(),
+                            name: key.1.clone(),
+                        },
+                        control_plane: false,
+                    })
+                }
+                _ => return Err(no_cluster()),
+            }
+        }
+        Err(no_cluster())
+    }
+
+    /// The Cluster whose infrastructureRef names the VCDCluster `key`, else the VCDCluster.
+    fn owner_of(&self, key: &Key) -> ClusterGroup {
+        let mut owners: Vec<&Key> = self
+            .clusters
+            .iter()
+            .filter(|((ns, name), cluster)| {
+                *ns == key.0
+                    && infrastructure_ref(cluster, &format!("Cluster {ns}/{name}"))
+                        .ok()
+                        .as_ref()
+                        == Some(&key.1)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        owners.sort();
+        match owners.first() {
+            Some((ns, name)) => ClusterGroup {
+                kind: "Cluster",
+                namespace: ns.clone(),
+                name: name.clone(),
+            },
+            None => ClusterGroup {
+                kind: "VCDCluster",
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+            },
+        }
+    }
+
+    /// The ClusterClass in `namespace` whose control plane or machine deployments use the
+    /// VCDMachineTemplate `template`, with its VCDClusterTemplate as the cluster.
+    fn class_of_template(
+        &self,
+        namespace: &str,
+        template: &str,
+    ) -> Result<Option<Found>, LookupError> {
+        let mut classes: Vec<(&Key, &Value)> = self
+            .classes
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .collect();
+        classes.sort_by(|a, b| a.0.cmp(b.0));
+        for ((_, class_name), class) in classes {
+            let control_plane = class_ref(class, "/spec/controlPlane/machineInfrastructure")
+                .is_some_and(|(kind, name)| kind == "VCDMachineTemplate" && name == template);
+            let worker = class
+                .pointer("/spec/workers/machineDeployments")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|deployment| {
+                    // v1beta1 nests the reference in `template`, v1beta2 does not.
+                    ["/template/infrastructure", "/infrastructure"]
+                        .iter()
+                        .filter_map(|at| class_ref(deployment, at))
+                        .any(|(kind, name)| kind == "VCDMachineTemplate" && name == template)
+                });
+            if !control_plane && !worker {
+                continue;
+            }
+            let at = format!("ClusterClass {namespace}/{class_name}");
+            let (kind, name) = class_ref(class, "/spec/infrastructure").ok_or_else(|| {
+                LookupError::Invalid(format!("{at} has no spec.infrastructure reference"))
+            })?;
+            if kind != "VCDClusterTemplate" {
+                return Err(LookupError::Invalid(format!(
+                    "{at}: spec.infrastructure is a {kind:?}, not a VCDClusterTemplate; nicpolicy serves CAPVCD clusters only"
+                )));
+            }
+            return Ok(Some(Found {
+                cluster: self.template_cluster(namespace, name)?,
+                group: ClusterGroup {
+                    kind: "ClusterClass",
+                    namespace: namespace.to_string(),
+                    name: class_name.clone(),
+                },
+                control_plane,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The cluster a VCDClusterTemplate describes: its `spec.template.spec` read as a
+    /// VCDCluster's spec, under the template's name.
+    fn template_cluster(&self, namespace: &str, name: &str) -> Result<Cluster, LookupError> {
+        let template = self
+            .cluster_templates
+            .get(&(namespace.to_string(), name.to_string()))
+            .ok_or_else(|| {
+                LookupError::NotFound(format!(
+                    "no VCDClusterTemplate {namespace}/{name} in the files"
+                ))
+            })?;
+        let spec = template
+            .pointer("/spec/template/spec")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let object = serde_json::json!({
+            "apiVersion": template.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": "VCDCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        });
+        read_vcd_cluster(&object, &format!("VCDClusterTemplate {namespace}/{name}"))
+    }
+}
+
+/// The `kind` and `name` of the template reference at `at` in a ClusterClass: `ref` in
+/// `cluster.x-k8s.io/v1beta1`, `templateRef` in `v1beta2`.
+fn class_ref<'a>(value: &'a Value, at: &str) -> Option<(&'a str, &'a str)> {
+    let holder = value.pointer(at)?;
+    let reference = holder.get("ref").or_else(|| holder.get("templateRef"))?;
+    Some((
+        reference.get("kind").and_then(Value::as_str)?,
+        reference.get("name").and_then(Value::as_str)?,
+    ))
 }
 
 impl ClusterSource for StaticClusters {

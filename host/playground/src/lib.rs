@@ -1,0 +1,58 @@
+//! The Rust half of the playground page (`nicpolicy playground`): turns the manifests a user
+//! pastes into policy requests with the host's own mapping, compiled to WebAssembly through
+//! wasm-bindgen. The page (`www/`) evaluates the requests with the built-in policies' JS builds
+//! and draws the decisions.
+//!
+//! The same code as the host: each object is mapped by `nicpolicy_plugin::objects` (feature
+//! `objects`), and the files around them (YAML or JSON text, several documents, `kind: List`,
+//! which VCDCluster a machine uses, errors with line, column and field path) are read by
+//! `host/src/manifest.rs`, the very file the `nicpolicy` binary compiles. The page and
+//! `nicpolicy eval` read the same objects, report the same errors and build the same requests.
+//! The host crate itself cannot be a dependency (it links Wasmtime, which does not build for
+//! wasm32), so that file is compiled here as a module of its own.
+//!
+//! From JavaScript (`wasm-bindgen --target web`), every function takes and returns JSON text:
+//!
+//! ```js
+//! import init, { readManifests } from "./pkg/nicpolicy_playground.js";
+//! await init();
+//! const { machines, errors } = JSON.parse(readManifests(clusterYaml, machinesYaml, inventoryYaml));
+//! ```
+
+#[path = "../../src/manifest.rs"]
+// The page reads text, never files: the file-reading half of the module, and what it re-exports
+// for the host's users, go unused here.
+#[allow(dead_code, unused_imports)]
+mod manifest;
+pub mod requests;
+
+use wasm_bindgen::prelude::wasm_bindgen;
+
+/// Reads the cluster, machines and inventory inputs (YAML or JSON text; the cluster input may be
+/// a whole `clusterctl generate cluster` output) into one request per machine; see
+/// [`requests::read`]. Returns a [`requests::Outcome`] as JSON.
+#[wasm_bindgen(js_name = readManifests)]
+pub fn read_manifests(cluster: &str, machines: &str, inventory: &str) -> String {
+    let outcome = requests::read(&requests::Inputs {
+        cluster,
+        machines,
+        inventory,
+    });
+    to_json(&outcome)
+}
+
+/// Reads one policy's settings (YAML or JSON; empty means none), as `nicpolicy eval --settings`
+/// does. Returns `{"settings": ...}` or `{"error": InputError}`; `label` names the input in
+/// errors.
+#[wasm_bindgen(js_name = readSettings)]
+pub fn read_settings(label: &str, text: &str) -> String {
+    to_json(&requests::settings(label, text))
+}
+
+fn to_json(value: &impl serde::Serialize) -> String {
+    // The outcome types hold strings, numbers and JSON values only: serialising cannot fail,
+    // and if it ever did the page shows this error rather than nothing.
+    serde_json::to_string(value).unwrap_or_else(|err| {
+        serde_json::json!({"errors": [{"input": "", "message": err.to_string()}]}).to_string()
+    })
+}

@@ -1,0 +1,137 @@
+// Evaluating a request with a chain of policy JS builds, combined the way the host's
+// PolicyChain combines them (host/src/chain.rs):
+//  - each policy gets its own settings in request.settings;
+//  - extraOvdcNetworks written back by a policy is what the next one sees;
+//  - allowed only if every policy allows; violations and warnings of all, in chain order, each
+//    message prefixed with "[policy name] " in a chain of two or more (fields untouched);
+//  - nics and vappNetworks are the last policy's; extraOvdcNetworks the last list written back;
+//  - the first failure stops the chain and names the policy.
+
+/** A policy JS build (wasm-bindgen --target web), loaded once. */
+export class JsPolicy {
+  constructor(name, module, metadata) {
+    this.name = name; // the built-in name, like "capvcd"
+    this.module = module;
+    this.metadata = metadata; // {name, version, abiVersion, description}
+  }
+
+  /** Loads pkg/<module>.js and its .wasm. */
+  static async load(name, moduleName, base) {
+    const module = await import(new URL(`pkg/${moduleName}.js`, base).href);
+    await module.default({ module_or_path: new URL(`pkg/${moduleName}_bg.wasm`, base) });
+    return new JsPolicy(name, module, JSON.parse(module.metadata()));
+  }
+
+  /** `{valid: true}` or `{valid: false, message}`. */
+  validateSettings(settings) {
+    return JSON.parse(this.module.validateSettings(JSON.stringify(settings)));
+  }
+
+  /** The decision, or `{error}` when the policy fails. */
+  evaluate(request) {
+    try {
+      return JSON.parse(this.module.evaluate(JSON.stringify(request)));
+    } catch (err) {
+      // A trap (unreachable, out of memory) surfaces as a JS exception.
+      return { error: `trapped: ${err.message ?? err}` };
+    }
+  }
+}
+
+/**
+ * Evaluates `request` with `chain` ([{policy: JsPolicy, settings}]).
+ * Returns {decision} or {failure: "policy X failed: ..."}.
+ */
+export function evaluateChain(chain, request) {
+  const attribute = chain.length > 1;
+  const label = (name, text) => (attribute ? `[${name}] ${text}` : text);
+  let current = request;
+  let written = null;
+  const combined = { allowed: true, nics: [], vappNetworks: [], violations: [], warnings: [] };
+  for (const [index, { policy, settings }] of chain.entries()) {
+    const name = policy.metadata.name;
+    const decision = policy.evaluate({ ...current, settings: settings ?? null });
+    if (decision.error !== undefined) {
+      const where = attribute ? ` (${index + 1} of ${chain.length} in the chain)` : "";
+      return { failure: `policy ${name}${where} failed: ${decision.error}` };
+    }
+    combined.allowed &&= decision.allowed;
+    for (const v of decision.violations ?? []) {
+      combined.violations.push({ field: v.field, reason: v.reason, message: label(name, v.message) });
+    }
+    for (const w of decision.warnings ?? []) {
+      combined.warnings.push(label(name, w));
+    }
+    combined.nics = decision.nics ?? [];
+    combined.vappNetworks = decision.vappNetworks ?? [];
+    if (Array.isArray(decision.extraOvdcNetworks)) {
+      current = { ...current, machine: { ...current.machine, extraOvdcNetworks: decision.extraOvdcNetworks } };
+      written = decision.extraOvdcNetworks;
+    }
+  }
+  return { decision: { ...combined, ...(written ? { extraOvdcNetworks: written } : {}) } };
+}
+
+/** `spec` or `spec.template.spec`: where the machine's fields are. */
+export function specPath(kind) {
+  return kind === "VCDMachineTemplate" ? "spec.template.spec" : "spec";
+}
+
+const yes = (flag) => (flag ? "yes" : "no");
+
+/** Left-aligned columns separated by three spaces, like kubectl's tables. */
+function table(rows) {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => [...row[i]].length)));
+  return rows
+    .map((row) =>
+      row
+        .map((cell, i) => (i + 1 === row.length ? cell : cell + " ".repeat(widths[i] - [...cell].length + 3)))
+        .join("")
+        .trimEnd() + "\n",
+    )
+    .join("");
+}
+
+/** The text `nicpolicy eval` prints for a decision (host/src/main.rs, render_decision). */
+export function renderText(request, chain, decision) {
+  const machine = request.machine;
+  const namespace = machine.namespace ? `${machine.namespace}/` : "";
+  const operation = request.operation === "UPDATE" ? "Update" : "Create";
+  const role = machine.role === "control-plane" ? "control plane" : "worker";
+  let out = `Machine:   ${request.kind} ${namespace}${machine.name} (${operation}, ${role})\n`;
+  out += `Cluster:   ${request.cluster.name}\n`;
+  const policies = chain.map(({ policy }) => `${policy.metadata.name} ${policy.metadata.version}`);
+  out += policies.length === 1 ? `Policy:    ${policies[0]}\n` : `Policies:  ${policies.join(" -> ")}\n`;
+  out += `Decision:  ${decision.allowed ? "allowed" : "denied"}\n`;
+  if (decision.nics.length > 0) {
+    const rows = [["NIC", "NETWORK", "PRIMARY", "IP MODE", "IP ADDRESS", "ADAPTER", "CONNECTED"]];
+    for (const nic of decision.nics) {
+      rows.push([
+        String(nic.index),
+        nic.network,
+        yes(nic.primary),
+        nic.ipAllocationMode,
+        nic.ipAddress ?? "-",
+        nic.adapterType,
+        yes(nic.connected),
+      ]);
+    }
+    out += "\n" + table(rows);
+  }
+  if (decision.vappNetworks.length > 0) {
+    out += `\nvApp networks: ${decision.vappNetworks.join(", ")}\n`;
+  }
+  const extras = decision.extraOvdcNetworks;
+  if (extras && JSON.stringify(extras) !== JSON.stringify(machine.extraOvdcNetworks ?? [])) {
+    out += `Defaulted ${specPath(request.kind)}.extraOvdcNetworks: [${extras.join(", ")}]\n`;
+  }
+  if (decision.violations.length > 0) {
+    out += "\nViolations:\n";
+    for (const v of decision.violations) out += `  ${v.field} (${v.reason}): ${v.message}\n`;
+  }
+  if (decision.warnings.length > 0) {
+    out += "\nWarnings:\n";
+    for (const w of decision.warnings) out += `  ${w}\n`;
+  }
+  return out;
+}

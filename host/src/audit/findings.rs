@@ -1,0 +1,163 @@
+//! Subjects evaluated into [`Finding`]s: one per machine, with the decision of the chain and,
+//! in shadow mode, what a candidate chain would decide instead.
+
+use std::time::Duration;
+
+use nicpolicy_plugin::{Decision, ObjectKind, Request};
+use serde::Serialize;
+
+use super::inputs::{ObjectId, Problem, Subject};
+use super::shadow::{compare, Shadow};
+use crate::chain::PolicyChain;
+use crate::webhook::clusters::ClusterGroup;
+
+/// What a machine came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Every policy allows it.
+    Allowed,
+    /// A policy denies it.
+    Denied,
+    /// Nothing to check (an API version without the network fields).
+    Skipped,
+    /// It could not be evaluated: the object or its cluster cannot be read or found.
+    Error,
+    /// A policy failed at run time (trap, time limit, memory cap, bad output).
+    Failed,
+}
+
+impl Verdict {
+    /// `allowed`, `denied`, `skipped`, `error` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied => "denied",
+            Verdict::Skipped => "skipped",
+            Verdict::Error => "error",
+            Verdict::Failed => "failed",
+        }
+    }
+}
+
+/// One machine's result.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// The object.
+    #[serde(flatten)]
+    pub object: ObjectId,
+    /// Its cluster, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterGroup>,
+    /// What it came to.
+    pub result: Verdict,
+    /// Why it was skipped or not evaluated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The chain's decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// What the candidate chain would decide differently (shadow mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Shadow>,
+    /// The request the policies saw.
+    #[serde(skip)]
+    pub request: Option<Request>,
+    /// Time spent in the chain (and the candidate).
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+impl Finding {
+    /// The violations' reasons, for totals by rule.
+    pub fn reasons(&self) -> impl Iterator<Item = String> + '_ {
+        self.decision
+            .iter()
+            .flat_map(|d| &d.violations)
+            .map(|v| format!("{:?}", v.reason))
+    }
+}
+
+/// The chain each kind is evaluated with: one chain for both (the CLI), or one per kind (a
+/// served configuration).
+pub trait Chains {
+    /// The chain for `kind`; `None` when the kind is not served.
+    fn chain(&self, kind: ObjectKind) -> Option<&PolicyChain>;
+}
+
+impl Chains for PolicyChain {
+    fn chain(&self, _kind: ObjectKind) -> Option<&PolicyChain> {
+        Some(self)
+    }
+}
+
+/// Evaluates one subject with `chains` and, if given, the `candidate` chains.
+pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Chains>) -> Finding {
+    let mut finding = Finding {
+        object: subject.object,
+        cluster: subject.group,
+        result: Verdict::Error,
+        message: None,
+        decision: None,
+        shadow: None,
+        request: None,
+        elapsed: Duration::ZERO,
+    };
+    let request = match subject.input {
+        Ok(request) => request,
+        Err(problem) => {
+            finding.result = match problem {
+                Problem::Unsupported(_) => Verdict::Skipped,
+                Problem::Invalid(_) | Problem::NoCluster(_) => Verdict::Error,
+            };
+            finding.message = Some(problem.to_string());
+            return finding;
+        }
+    };
+    let Some(chain) = chains.chain(request.kind) else {
+        finding.result = Verdict::Skipped;
+        finding.message = Some(format!(
+            "not checked: no policy is configured for {}",
+            request.kind.as_str()
+        ));
+        return finding;
+    };
+    let current = chain.evaluate(&request);
+    finding.elapsed = current.as_ref().map(|e| e.elapsed).unwrap_or_default();
+    let current = current.map(|e| e.decision).map_err(|e| e.to_string());
+    if let Some(candidate) = candidate.and_then(|c| c.chain(request.kind)) {
+        let proposed = candidate.evaluate(&request);
+        finding.elapsed += proposed.as_ref().map(|e| e.elapsed).unwrap_or_default();
+        let proposed = proposed.map(|e| e.decision).map_err(|e| e.to_string());
+        finding.shadow = Some(compare(&current, proposed));
+    }
+    match current {
+        Ok(decision) => {
+            finding.result = if decision.allowed {
+                Verdict::Allowed
+            } else {
+                Verdict::Denied
+            };
+            finding.decision = Some(decision);
+        }
+        Err(message) => {
+            finding.result = Verdict::Failed;
+            finding.message = Some(message);
+        }
+    }
+    finding.request = Some(request);
+    finding
+}
+
+/// Evaluates every subject, in order.
+pub fn evaluate_all(
+    subjects: Vec<Subject>,
+    chains: &dyn Chains,
+    candidate: Option<&dyn Chains>,
+) -> Vec<Finding> {
+    subjects
+        .into_iter()
+        .map(|subject| evaluate(subject, chains, candidate))
+        .collect()
+}

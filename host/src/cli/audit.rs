@@ -1,0 +1,504 @@
+//! `nicpolicy audit`: every machine and machine template of a folder of manifests or of a live
+//! cluster, with its decision, grouped by cluster, with totals by rule and, with
+//! `--candidate`, what a candidate chain would change. Also `nicpolicy eval` of a file with
+//! several machines.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use nicpolicy::audit::summary::by_cluster;
+use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
+use nicpolicy::manifest::{self, ManifestFile};
+use nicpolicy::plugin::Inventory;
+use nicpolicy::PolicyChain;
+
+use nicpolicy::cases::junit::xml_escape;
+use nicpolicy::PolicySource;
+
+use super::policy_args::{load_chain, parse_policy_source, policy_specs, PolicyArgs, Positions};
+use super::render::{render_decision, table};
+use super::{usage, Failure, Format};
+
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// Manifest files, or folders searched recursively for .yaml, .yml and .json files (a
+    /// GitOps repository, `clusterctl generate cluster` outputs). Without any, the live cluster
+    /// of the current kubeconfig context (or the in-cluster credentials) is audited.
+    #[arg(value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Kubeconfig file for a live cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, value_name = "FILE", conflicts_with = "paths")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, value_name = "NAME", conflicts_with = "paths")]
+    context: Option<String>,
+    /// Only this namespace (repeatable); every namespace when omitted.
+    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
+    namespaces: Vec<String>,
+    /// The Cluster API version Clusters and ClusterClasses are read at, in a live cluster.
+    #[arg(long, value_name = "VERSION", default_value = "v1beta1")]
+    cluster_api_version: String,
+    /// The org VDC's networks (see docs/schema.md); with it, unknown networks are denied.
+    #[arg(long, value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// A policy's settings, after its --policy (as with `nicpolicy eval`).
+    #[arg(long = "settings", value_name = "FILE")]
+    settings: Vec<PathBuf>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    candidate: CandidateArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Also write a JUnit XML report to FILE: one testsuite per cluster, one testcase per
+    /// machine (denied: a failure; not evaluated: an error; skipped: skipped).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Also print the time taken (stderr).
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+/// The candidate chain of shadow mode: the same options as the chain in force, prefixed.
+#[derive(clap::Args)]
+pub struct CandidateArgs {
+    /// A policy of the candidate chain (shadow mode): same syntax as --policy, repeat to chain.
+    /// Every machine is also evaluated with it and the differences are shown: newly denied,
+    /// newly allowed, another NIC plan.
+    #[arg(
+        long = "candidate",
+        value_name = "FILE.wasm|builtin:NAME",
+        value_parser = parse_policy_source
+    )]
+    candidates: Vec<PolicySource>,
+    /// Settings of the --candidate before it.
+    #[arg(long = "candidate-settings", value_name = "FILE")]
+    candidate_settings: Vec<PathBuf>,
+    /// Refuse the --candidate before it unless its sha256 is this.
+    #[arg(long = "candidate-sha256", value_name = "HEX")]
+    candidate_sha256: Vec<String>,
+}
+
+/// Runs `nicpolicy audit`.
+pub fn run(
+    args: AuditArgs,
+    positions: &Positions,
+    candidate_positions: &Positions,
+) -> Result<u8, Failure> {
+    let started = Instant::now();
+    let inventory = args
+        .inventory
+        .as_deref()
+        .map(manifest::read_inventory)
+        .transpose()
+        .map_err(usage)?;
+    let specs = policy_specs(&args.policy, &args.settings, positions)?;
+    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    let candidate = candidate_chain(
+        &args.policy,
+        &args.candidate,
+        candidate_positions,
+        args.verbose,
+    )?;
+
+    let (inputs, notes) = if args.paths.is_empty() {
+        let (files, notes) = live_files(&args).map_err(usage)?;
+        (Inputs::from_files(files), notes)
+    } else {
+        (Inputs::read(&args.paths).map_err(usage)?, Vec::new())
+    };
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let mut subjects = inputs.subjects(inventory.as_ref());
+    if !args.namespaces.is_empty() {
+        subjects.retain(|s| args.namespaces.contains(&s.object.namespace));
+    }
+    let read = started.elapsed();
+    let findings = evaluate_all(
+        subjects,
+        &chain,
+        candidate
+            .as_ref()
+            .map(|c| c as &dyn nicpolicy::audit::Chains),
+    );
+    let summary = Summary::of(&findings);
+    if args.verbose {
+        eprintln!(
+            "read {} files in {:.1} ms, evaluated {} machines in {:.1} ms",
+            inputs.files.len(),
+            read.as_secs_f64() * 1e3,
+            findings.len(),
+            (started.elapsed() - read).as_secs_f64() * 1e3
+        );
+    }
+    let unreadable: Vec<String> = inputs.unreadable.iter().map(|e| e.to_string()).collect();
+    let text = match args.output {
+        Format::Table => render_audit(&chain, candidate.as_ref(), &findings, &summary, &unreadable),
+        Format::Json | Format::Yaml => {
+            let report = report_value(&chain, candidate.as_ref(), &findings, &summary, &unreadable);
+            if args.output == Format::Json {
+                serde_json::to_string_pretty(&report).map_err(usage)? + "\n"
+            } else {
+                serde_yaml_ng::to_string(&report).map_err(usage)?
+            }
+        }
+    };
+    print!("{text}");
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit_report(&findings, started.elapsed()))
+            .with_context(|| format!("{}: cannot write the JUnit report", path.display()))
+            .map_err(usage)?;
+    }
+    let code = summary.exit_code();
+    // A file that could not be read is bad input, unless a denial already says more.
+    Ok(if code == 0 && !unreadable.is_empty() {
+        crate::exit::USAGE
+    } else {
+        code
+    })
+}
+
+/// The candidate chain, when `--candidate` is given.
+fn candidate_chain(
+    policy: &PolicyArgs,
+    args: &CandidateArgs,
+    positions: &Positions,
+    verbose: bool,
+) -> Result<Option<PolicyChain>, Failure> {
+    if args.candidates.is_empty() {
+        if let Some(path) = args.candidate_settings.first() {
+            return Err(usage(anyhow::anyhow!(
+                "--candidate-settings {} needs a --candidate before it",
+                path.display()
+            )));
+        }
+        return Ok(None);
+    }
+    // The candidate runs under the same limits and cache use as the chain in force.
+    let candidate = policy.with_sources(args.candidates.clone(), args.candidate_sha256.clone());
+    let specs = policy_specs(&candidate, &args.candidate_settings, positions)?;
+    load_chain(&candidate, &specs, verbose).map(Some)
+}
+
+/// Lists the audited objects of the live cluster.
+fn live_files(args: &AuditArgs) -> anyhow::Result<(Vec<ManifestFile>, Vec<String>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the I/O runtime")?;
+    runtime.block_on(async {
+        let config = match (&args.kubeconfig, &args.context) {
+            (None, None) => kube::Config::infer()
+                .await
+                .context("no cluster to audit: give manifest PATHs, or a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) or in-cluster credentials")?,
+            (path, context) => {
+                let options = kube::config::KubeConfigOptions {
+                    context: context.clone(),
+                    ..Default::default()
+                };
+                let kubeconfig = match path {
+                    Some(path) => kube::config::Kubeconfig::read_from(path)
+                        .with_context(|| format!("{}: cannot read the kubeconfig", path.display()))?,
+                    None => kube::config::Kubeconfig::read()
+                        .context("cannot read the kubeconfig")?,
+                };
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .context("cannot use the kubeconfig")?
+            }
+        };
+        let server = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config).context("cannot create the API client")?;
+        nicpolicy::audit::live::list(client, &args.namespaces, &args.cluster_api_version)
+            .await
+            .with_context(|| format!("cannot list the machines of {server}"))
+    })
+}
+
+/// `nicpolicy eval` of a file with several machines: each against its own cluster in `files`,
+/// one block each (or one list item each) and a summary line.
+pub fn eval_many(
+    machine_file: ManifestFile,
+    cluster_file: Option<ManifestFile>,
+    inventory: Option<Inventory>,
+    chain: &PolicyChain,
+    output: Format,
+) -> Result<u8, Failure> {
+    let machines = machine_file.path.clone();
+    let mut inputs = Inputs::from_files(vec![machine_file]);
+    if let Some(file) = cluster_file {
+        if file.path != machines {
+            inputs.add(file);
+        }
+    }
+    let subjects: Vec<_> = inputs
+        .subjects(inventory.as_ref())
+        .into_iter()
+        .filter(|s| {
+            s.object
+                .source
+                .as_deref()
+                .is_some_and(|src| src.starts_with(&machines.display().to_string()))
+        })
+        .collect();
+    let findings = evaluate_all(subjects, chain, None);
+    let summary = Summary::of(&findings);
+    let text = match output {
+        Format::Table => {
+            let blocks: Vec<String> = findings
+                .iter()
+                .map(|finding| finding_block(chain, finding))
+                .collect();
+            format!("{}\n{}\n", blocks.join("\n"), summary.line())
+        }
+        Format::Json => serde_json::to_string_pretty(&findings).map_err(usage)? + "\n",
+        Format::Yaml => serde_yaml_ng::to_string(&findings).map_err(usage)?,
+    };
+    print!("{text}");
+    Ok(summary.exit_code())
+}
+
+/// One machine as `nicpolicy eval` prints it; machines without a decision say why.
+fn finding_block(chain: &PolicyChain, finding: &Finding) -> String {
+    if let (Some(request), Some(decision)) = (&finding.request, &finding.decision) {
+        return render_decision(request, chain, decision);
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "Machine:   {}", finding.object);
+    if let Some(cluster) = &finding.cluster {
+        let _ = writeln!(out, "Cluster:   {}", cluster.name);
+    }
+    let message = finding.message.as_deref().unwrap_or("");
+    let _ = match finding.result {
+        // The message says "not checked: why".
+        Verdict::Skipped => writeln!(out, "Decision:  {message}"),
+        Verdict::Failed => writeln!(out, "Decision:  policy failed: {message}"),
+        _ => writeln!(out, "Decision:  not evaluated: {message}"),
+    };
+    out
+}
+
+fn cluster_title(group: Option<&nicpolicy::webhook::clusters::ClusterGroup>) -> String {
+    match group {
+        Some(g) => format!("{} {}/{}", g.kind, g.namespace, g.name),
+        None => "(no cluster found)".to_string(),
+    }
+}
+
+/// The table: one section per cluster, one row per machine, the violations and candidate
+/// differences under their row; then totals.
+fn render_audit(
+    chain: &PolicyChain,
+    candidate: Option<&PolicyChain>,
+    findings: &[Finding],
+    summary: &Summary,
+    unreadable: &[String],
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Policy:    {}", chain.name());
+    if let Some(candidate) = candidate {
+        let _ = writeln!(out, "Candidate: {}", candidate.name());
+    }
+    for (group, findings) in by_cluster(findings) {
+        let _ = writeln!(out, "\n{}", cluster_title(group));
+        let mut rows: Vec<[String; 5]> = vec![[
+            "KIND".into(),
+            "NAME".into(),
+            "RESULT".into(),
+            if candidate.is_some() { "CANDIDATE" } else { "" }.into(),
+            "NICS".into(),
+        ]];
+        let mut notes: Vec<Vec<String>> = vec![Vec::new()];
+        for finding in findings {
+            let nics = finding
+                .decision
+                .as_ref()
+                .filter(|d| d.allowed)
+                .map(|d| {
+                    d.nics
+                        .iter()
+                        .map(|n| n.network.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_else(|| "-".into());
+            rows.push([
+                finding.object.kind.clone(),
+                if finding.object.namespace == "default" {
+                    finding.object.name.clone()
+                } else {
+                    format!("{}/{}", finding.object.namespace, finding.object.name)
+                },
+                finding.result.as_str().to_string(),
+                finding
+                    .shadow
+                    .as_ref()
+                    .map(|s| s.change.as_str().to_string())
+                    .unwrap_or_default(),
+                nics,
+            ]);
+            let mut lines = Vec::new();
+            if let Some(message) = &finding.message {
+                lines.push(message.clone());
+            }
+            for v in finding.decision.iter().flat_map(|d| &d.violations) {
+                lines.push(format!("{} ({:?}): {}", v.field, v.reason, v.message));
+            }
+            for line in finding.shadow.iter().flat_map(|s| &s.details) {
+                lines.push(format!("candidate: {line}"));
+            }
+            notes.push(lines);
+        }
+        // Rows and their notes interleaved: the table aligns the rows, the notes follow.
+        let rendered = if candidate.is_some() {
+            table(&rows)
+        } else {
+            let rows: Vec<[String; 4]> = rows
+                .into_iter()
+                .map(|[kind, name, result, _, nics]| [kind, name, result, nics])
+                .collect();
+            table(&rows)
+        };
+        for (line, notes) in rendered.lines().zip(&notes) {
+            let _ = writeln!(out, "{line}");
+            for note in notes {
+                let _ = writeln!(out, "    {note}");
+            }
+        }
+    }
+    let _ = writeln!(out, "\n{}", summary.line());
+    if !summary.reasons.is_empty() {
+        let _ = writeln!(out, "Violations by rule:");
+        for (reason, n) in &summary.reasons {
+            let _ = writeln!(out, "  {reason:<14}{n}");
+        }
+    }
+    if let Some(changes) = &summary.candidate {
+        let text: Vec<String> = changes
+            .iter()
+            .map(|(change, n)| format!("{n} {}", change.as_str()))
+            .collect();
+        let _ = writeln!(out, "Candidate: {}", text.join(", "));
+    }
+    if !unreadable.is_empty() {
+        let _ = writeln!(out, "Files not read:");
+        for error in unreadable {
+            let _ = writeln!(out, "  {error}");
+        }
+    }
+    out
+}
+
+/// The JSON/YAML report: the chains, the totals, the clusters with their machines, and the files
+/// not read.
+fn report_value(
+    chain: &PolicyChain,
+    candidate: Option<&PolicyChain>,
+    findings: &[Finding],
+    summary: &Summary,
+    unreadable: &[String],
+) -> serde_json::Value {
+    let clusters: Vec<serde_json::Value> = by_cluster(findings)
+        .into_iter()
+        .map(|(group, findings)| {
+            serde_json::json!({
+                "cluster": group,
+                "summary": Summary::of(findings.iter().copied()),
+                "objects": findings,
+            })
+        })
+        .collect();
+    let mut report = serde_json::json!({
+        "policy": chain.name(),
+        "summary": summary,
+        "clusters": clusters,
+    });
+    if let Some(candidate) = candidate {
+        report["candidate"] = candidate.name().into();
+    }
+    if !unreadable.is_empty() {
+        report["unreadable"] = unreadable.into();
+    }
+    report
+}
+
+/// JUnit XML: one testsuite per cluster, one testcase per machine.
+fn junit_report(findings: &[Finding], elapsed: std::time::Duration) -> String {
+    let count = |fs: &[&Finding], v: Verdict| fs.iter().filter(|f| f.result == v).count();
+    let all: Vec<&Finding> = findings.iter().collect();
+    let errors = |fs: &[&Finding]| count(fs, Verdict::Error) + count(fs, Verdict::Failed);
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites name=\"nicpolicy audit\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3}\">",
+        all.len(),
+        count(&all, Verdict::Denied),
+        errors(&all),
+        elapsed.as_secs_f64()
+    );
+    for (group, findings) in by_cluster(findings) {
+        let _ = writeln!(
+            xml,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
+            xml_escape(&cluster_title(group), true),
+            findings.len(),
+            count(&findings, Verdict::Denied),
+            errors(&findings),
+            count(&findings, Verdict::Skipped),
+        );
+        for finding in findings {
+            let _ = write!(
+                xml,
+                "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.6}\"",
+                xml_escape(&cluster_title(finding.cluster.as_ref()), true),
+                xml_escape(
+                    &format!(
+                        "{} {}/{}",
+                        finding.object.kind, finding.object.namespace, finding.object.name
+                    ),
+                    true
+                ),
+                finding.elapsed.as_secs_f64()
+            );
+            let message = finding.message.clone().unwrap_or_default();
+            match finding.result {
+                Verdict::Allowed => xml.push_str("/>\n"),
+                Verdict::Skipped => {
+                    let _ = writeln!(
+                        xml,
+                        ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                        xml_escape(&message, true)
+                    );
+                }
+                Verdict::Error | Verdict::Failed => {
+                    let _ = writeln!(
+                        xml,
+                        ">\n      <error message=\"{}\"/>\n    </testcase>",
+                        xml_escape(&message, true)
+                    );
+                }
+                Verdict::Denied => {
+                    let lines: Vec<String> = finding
+                        .decision
+                        .iter()
+                        .flat_map(|d| &d.violations)
+                        .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
+                        .collect();
+                    let _ = writeln!(
+                        xml,
+                        ">\n      <failure message=\"{}\">{}</failure>\n    </testcase>",
+                        xml_escape(lines.first().map_or("", String::as_str), true),
+                        xml_escape(&lines.join("\n"), false)
+                    );
+                }
+            }
+        }
+        xml.push_str("  </testsuite>\n");
+    }
+    xml.push_str("</testsuites>\n");
+    xml
+}

@@ -1,0 +1,731 @@
+//! `nicpolicy controller`: continuous audit in the cluster. Watch-fed caches (kube-runtime
+//! reflectors) of VCDMachines, VCDMachineTemplates, Clusters, VCDClusters, ClusterClasses and
+//! VCDClusterTemplates; any change to one of them queues its namespace, so a Cluster or
+//! VCDCluster change re-evaluates every machine of its cluster. A queued namespace is evaluated
+//! with the same chains as `nicpolicy serve` (and an optional candidate chain) through
+//! [`crate::audit`], and reported as:
+//!
+//! - a PolicyReport per namespace ([`report`]), written only when its results change;
+//! - a Warning Event on each object that newly fails ([`events`]), deduplicated, rate-limited;
+//! - Prometheus metrics ([`metrics`]) on `/metrics`, beside `/healthz` and `/readyz`.
+//!
+//! Policy files are reloaded as `serve` reloads them, every namespace is evaluated again after
+//! a reload and on a resync period, only the holder of a Lease writes ([`lease`]), and the
+//! objects audited are never written.
+
+pub mod events;
+pub mod lease;
+pub mod metrics;
+pub mod report;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use nicpolicy_plugin::ObjectKind;
+use tokio::sync::{watch, Notify};
+
+use crate::audit::{self, live, Chains, Finding, Inputs, Summary};
+use crate::webhook::config::{ClusterSourceConfig, ServeConfig};
+use crate::webhook::policies::{Served, ServedPolicies};
+use crate::webhook::ServeLoadError;
+use crate::{Host, PolicyChain};
+
+use self::events::EventGate;
+use self::lease::LeaseConfig;
+use self::metrics::Metrics;
+use self::report::Bounds;
+
+/// Field manager of the PolicyReports written.
+const MANAGER: &str = "nicpolicy-controller";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The chains in force: the `nicpolicy serve` configuration.
+    pub config: ServeConfig,
+    /// The candidate chains (shadow mode): another configuration of the same format, whose
+    /// `policies` are evaluated beside the ones in force.
+    pub candidate: Option<ServeConfig>,
+    /// Only these namespaces; every namespace when empty.
+    pub namespaces: Vec<String>,
+    /// Every namespace is evaluated again this often.
+    pub resync: Duration,
+    /// Changes are gathered this long before a namespace is evaluated.
+    pub debounce: Duration,
+    /// Size bound of each PolicyReport.
+    pub bounds: Bounds,
+    /// Events per minute on average (0: no Events).
+    pub events_per_minute: u32,
+    /// Events at once.
+    pub events_burst: u32,
+    /// Leader election; `None` for a single replica.
+    pub lease: Option<LeaseConfig>,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub listen: SocketAddr,
+}
+
+/// Why the controller could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The configuration's policies could not be loaded.
+    #[error("{which}: {error}")]
+    Load {
+        /// `configuration` or `candidate configuration`.
+        which: &'static str,
+        /// Why.
+        error: Box<ServeLoadError>,
+    },
+    /// The probe and metrics address could not be bound.
+    #[error("cannot listen on {address}: {error}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The API server refused a start-up request.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The served chains of a snapshot, by kind.
+struct ServedChains<'a>(&'a Served);
+
+impl Chains for ServedChains<'_> {
+    fn chain(&self, kind: ObjectKind) -> Option<&PolicyChain> {
+        self.0.chains.get(&kind)
+    }
+}
+
+/// State shared by the watches, the worker and the HTTP handlers.
+struct Shared {
+    queue: Mutex<BTreeSet<String>>,
+    wake: Notify,
+    synced: AtomicUsize,
+    watches: AtomicUsize,
+    leading: Arc<AtomicBool>,
+    metrics: Metrics,
+    namespaces: Vec<String>,
+}
+
+impl Shared {
+    fn enqueue(&self, namespace: &str) {
+        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == namespace) {
+            return;
+        }
+        let depth = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.insert(namespace.to_string());
+            queue.len()
+        };
+        self.metrics
+            .queue_depth
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> BTreeSet<String> {
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.metrics.queue_depth.set(0);
+        std::mem::take(&mut queue)
+    }
+
+    fn ready(&self) -> bool {
+        self.synced.load(Ordering::Acquire) >= self.watches.load(Ordering::Acquire)
+    }
+}
+
+/// One watched resource and its cache.
+struct Watched {
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+}
+
+/// Loads the configurations, starts the watches and runs until `shutdown` resolves.
+///
+/// # Errors
+/// Start-up failures: policies that cannot be loaded, an address that cannot be bound, an API
+/// server that refuses the first requests. Once running, errors are logged and retried.
+pub async fn run(
+    client: kube::Client,
+    host: Host,
+    options: Options,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ControllerError> {
+    let served = load(&host, options.config.clone(), "configuration")?;
+    let candidate = options
+        .candidate
+        .clone()
+        .map(|config| load(&host, config, "candidate configuration"))
+        .transpose()?;
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(BTreeSet::new()),
+        wake: Notify::new(),
+        synced: AtomicUsize::new(0),
+        watches: AtomicUsize::new(usize::MAX),
+        leading: Arc::new(AtomicBool::new(options.lease.is_none())),
+        metrics: Metrics::new(),
+        namespaces: options.namespaces.clone(),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|error| ControllerError::Listen {
+            address: options.listen,
+            error,
+        })?;
+    let http = tokio::spawn(serve_http(listener, shared.clone(), stop_rx.clone()));
+
+    let cluster_api_version = match &options.config.clusters {
+        ClusterSourceConfig::Kubernetes {
+            cluster_api_version,
+        } => cluster_api_version.clone(),
+        ClusterSourceConfig::Static { .. } => "v1beta1".to_string(),
+    };
+    let watched = start_watches(&client, &cluster_api_version, &shared).await?;
+
+    let lease = options.lease.clone().map(|config| {
+        tokio::spawn(lease::run(
+            client.clone(),
+            config,
+            shared.leading.clone(),
+            stop_rx.clone(),
+        ))
+    });
+    for (policies, interval) in [
+        Some((&served, options.config.reload_interval)),
+        candidate
+            .as_ref()
+            .zip(options.candidate.as_ref())
+            .map(|(c, config)| (c, config.reload_interval)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(interval) = interval {
+            // Reloads are counted by the webhook's metrics type; the controller tells them by
+            // `nicpolicy_controller_policy_generation` and the log.
+            let _ = policies.watch(
+                host.clone(),
+                Arc::new(crate::webhook::metrics::Metrics::new()),
+                interval,
+            );
+        }
+    }
+
+    let mut worker = Worker {
+        client: client.clone(),
+        shared: shared.clone(),
+        watched,
+        served,
+        candidate,
+        options,
+        written: HashMap::new(),
+        summaries: BTreeMap::new(),
+        gate: None,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: MANAGER.to_string(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        generations: (0, 0),
+        was_leading: false,
+    };
+    worker.gate = (worker.options.events_per_minute > 0).then(|| {
+        EventGate::new(
+            worker.options.events_per_minute,
+            worker.options.events_burst.max(1),
+        )
+    });
+    worker.run(stop_rx).await;
+    if let Some(lease) = lease {
+        let _ = lease.await;
+    }
+    let _ = http.await;
+    Ok(())
+}
+
+fn load(
+    host: &Host,
+    config: ServeConfig,
+    which: &'static str,
+) -> Result<Arc<ServedPolicies>, ControllerError> {
+    Served::load(host, config, 1)
+        .map(ServedPolicies::new)
+        .map_err(|error| ControllerError::Load {
+            which,
+            error: Box::new(error),
+        })
+}
+
+/// Starts one reflector per audited resource the API server serves; each change queues the
+/// object's namespace.
+async fn start_watches(
+    client: &kube::Client,
+    cluster_api_version: &str,
+    shared: &Arc<Shared>,
+) -> Result<Vec<Watched>, ControllerError> {
+    let mut watched = Vec::new();
+    for resource in live::resources(cluster_api_version) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        // A CRD that is not installed (no ClusterClass, no VCDClusterTemplate) is left out: a
+        // watch on it would never sync.
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::info!(kind = %resource.kind, version = %resource.api_version, "not served by this cluster; not watched");
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        }
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let shared_for_task = shared.clone();
+        let kind = resource.kind.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut synced = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::Delete(o)
+                        | watcher::Event::InitApply(o),
+                    ) => {
+                        shared_for_task
+                            .enqueue(o.metadata.namespace.as_deref().unwrap_or("default"));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if !synced {
+                            synced = true;
+                            shared_for_task.synced.fetch_add(1, Ordering::AcqRel);
+                            tracing::info!(kind = %kind, "cache synced");
+                        }
+                        // A relist may have dropped objects: look at every namespace again.
+                        shared_for_task.wake.notify_one();
+                    }
+                    Ok(watcher::Event::Init) => {}
+                    Err(err) => tracing::warn!(kind = %kind, error = %err, "watch error; retrying"),
+                }
+            }
+        });
+        watched.push(Watched { resource, store });
+    }
+    shared.watches.store(watched.len(), Ordering::Release);
+    Ok(watched)
+}
+
+/// The evaluation loop and what it remembers between passes.
+struct Worker {
+    client: kube::Client,
+    shared: Arc<Shared>,
+    watched: Vec<Watched>,
+    served: Arc<ServedPolicies>,
+    candidate: Option<Arc<ServedPolicies>>,
+    options: Options,
+    /// Fingerprint of the report last written (or found) in each namespace.
+    written: HashMap<String, String>,
+    /// Totals of each namespace, for the gauges.
+    summaries: BTreeMap<String, Summary>,
+    gate: Option<EventGate>,
+    recorder: Recorder,
+    generations: (u64, u64),
+    was_leading: bool,
+}
+
+impl Worker {
+    async fn run(&mut self, mut stop: watch::Receiver<bool>) {
+        let mut next_resync = tokio::time::Instant::now() + self.options.resync;
+        loop {
+            tokio::select! {
+                _ = self.shared.wake.notified() => {}
+                _ = tokio::time::sleep_until(next_resync) => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {}
+            }
+            if *stop.borrow() {
+                tracing::info!("shutting down");
+                return;
+            }
+            let leading = self.shared.leading.load(Ordering::Acquire);
+            self.shared.metrics.leader.set(i64::from(leading));
+            let generations = (
+                self.served.get().generation,
+                self.candidate.as_ref().map_or(0, |c| c.get().generation),
+            );
+            self.shared
+                .metrics
+                .policy_generation
+                .set(i64::try_from(generations.0).unwrap_or(i64::MAX));
+            let mut everything = false;
+            if tokio::time::Instant::now() >= next_resync {
+                next_resync = tokio::time::Instant::now() + self.options.resync;
+                everything = true;
+            }
+            if generations != self.generations {
+                if self.generations != (0, 0) {
+                    tracing::info!(
+                        generation = generations.0,
+                        "policies changed; evaluating every namespace"
+                    );
+                }
+                self.generations = generations;
+                everything = true;
+            }
+            if leading && !self.was_leading {
+                // Another replica may have written since: read the reports again.
+                self.written.clear();
+                everything = true;
+            }
+            self.was_leading = leading;
+            if everything {
+                for namespace in self.known_namespaces() {
+                    self.shared.enqueue(&namespace);
+                }
+            }
+            if !self.shared.ready() || !leading {
+                continue;
+            }
+            // Gather the burst of changes one edit causes (a Cluster and its machines).
+            tokio::time::sleep(self.options.debounce).await;
+            let batch = self.shared.take();
+            if !batch.is_empty() {
+                self.pass(batch).await;
+            }
+        }
+    }
+
+    /// Namespaces holding audited objects, and those that still have a report.
+    fn known_namespaces(&self) -> BTreeSet<String> {
+        let mut namespaces: BTreeSet<String> = self.written.keys().cloned().collect();
+        for watched in &self.watched {
+            for object in watched.store.state() {
+                namespaces.insert(
+                    object
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                );
+            }
+        }
+        namespaces
+    }
+
+    /// Evaluates and reports the namespaces of `batch`.
+    async fn pass(&mut self, batch: BTreeSet<String>) {
+        let started = Instant::now();
+        let mut values: BTreeMap<String, Vec<serde_json::Value>> =
+            batch.iter().map(|ns| (ns.clone(), Vec::new())).collect();
+        for watched in &self.watched {
+            for object in watched.store.state() {
+                let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
+                if let Some(list) = values.get_mut(namespace) {
+                    list.push(live::object_value(&object, &watched.resource));
+                }
+            }
+        }
+        let served = self.served.get();
+        let candidate = self.candidate.as_ref().map(|c| c.get());
+        // Evaluation is CPU work: off the async threads.
+        let evaluated = tokio::task::spawn_blocking(move || {
+            values
+                .into_iter()
+                .map(|(namespace, values)| {
+                    let inputs = Inputs::from_files(live::files_by_namespace(values));
+                    let subjects = inputs.subjects(served.inventory.as_ref());
+                    let candidate_chains = candidate.as_deref().map(ServedChains);
+                    let findings = audit::evaluate_all(
+                        subjects,
+                        &ServedChains(&served),
+                        candidate_chains.as_ref().map(|c| c as &dyn Chains),
+                    );
+                    let names: BTreeMap<String, String> = served
+                        .chains
+                        .iter()
+                        .map(|(kind, chain)| (kind.as_str().to_string(), chain.name()))
+                        .collect();
+                    (namespace, findings, names)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let evaluated = match evaluated {
+            Ok(evaluated) => evaluated,
+            Err(err) => {
+                tracing::error!(error = %err, "evaluation task failed; retrying the namespaces");
+                for namespace in batch {
+                    self.shared.enqueue(&namespace);
+                }
+                return;
+            }
+        };
+        let mut objects = 0;
+        for (namespace, findings, names) in evaluated {
+            objects += findings.len();
+            for finding in &findings {
+                self.shared
+                    .metrics
+                    .evaluation_seconds
+                    .observe(finding.elapsed.as_secs_f64());
+            }
+            self.summaries
+                .insert(namespace.clone(), Summary::of(&findings));
+            if let Err(err) = self.report(&namespace, &findings, &names).await {
+                tracing::warn!(%namespace, error = %err, "cannot write the PolicyReport; retrying");
+                Metrics::count(&self.shared.metrics.report_writes, "failed");
+                self.shared.enqueue(&namespace);
+            }
+            self.events(&namespace, &findings).await;
+        }
+        self.gauges();
+        tracing::debug!(
+            objects,
+            elapsed_ms = started.elapsed().as_millis(),
+            "pass done"
+        );
+    }
+
+    fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
+            "policyreports",
+        );
+        Api::namespaced_with(self.client.clone(), namespace, &resource)
+    }
+
+    /// Writes the namespace's PolicyReport when its results changed; deletes it when the
+    /// namespace has no audited object left.
+    async fn report(
+        &mut self,
+        namespace: &str,
+        findings: &[Finding],
+        names: &BTreeMap<String, String>,
+    ) -> Result<(), kube::Error> {
+        let api = self.reports_api(namespace);
+        if findings.is_empty() {
+            self.summaries.remove(namespace);
+            if self.written.remove(namespace).is_some() {
+                match api
+                    .delete(report::REPORT_NAME, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => Metrics::count(&self.shared.metrics.report_writes, "deleted"),
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            return Ok(());
+        }
+        let policy = |kind: &str| {
+            names
+                .get(kind)
+                .cloned()
+                .unwrap_or_else(|| "nicpolicy".into())
+        };
+        let built = report::build(namespace, &policy, findings, self.options.bounds);
+        if !self.written.contains_key(namespace) {
+            // First look since start (or since taking the lead): the report may be current.
+            if let Some(existing) = api.get_opt(report::REPORT_NAME).await? {
+                let found = existing
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(report::FINGERPRINT_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_default();
+                self.written.insert(namespace.to_string(), found);
+            }
+        }
+        if self.written.get(namespace) == Some(&built.fingerprint) {
+            Metrics::count(&self.shared.metrics.report_writes, "unchanged");
+            return Ok(());
+        }
+        let params = PatchParams::apply(MANAGER).force();
+        api.patch(report::REPORT_NAME, &params, &Patch::Apply(&built.object))
+            .await?;
+        Metrics::count(&self.shared.metrics.report_writes, "written");
+        if built.left_out > 0 {
+            tracing::info!(%namespace, left_out = built.left_out, "PolicyReport bounded: results left out");
+        }
+        self.written
+            .insert(namespace.to_string(), built.fingerprint);
+        Ok(())
+    }
+
+    /// A Warning Event on each object that newly fails.
+    async fn events(&mut self, namespace: &str, findings: &[Finding]) {
+        let Some(gate) = self.gate.as_mut() else {
+            return;
+        };
+        let prefix = format!("{namespace}/");
+        let keys: BTreeSet<String> = findings
+            .iter()
+            .map(|f| format!("{namespace}/{}/{}", f.object.kind, f.object.name))
+            .collect();
+        gate.retain(|key| !key.starts_with(&prefix) || keys.contains(key));
+        let now = Instant::now();
+        let mut to_send = Vec::new();
+        for finding in findings {
+            let key = format!(
+                "{namespace}/{}/{}",
+                finding.object.kind, finding.object.name
+            );
+            let dropped = gate.dropped;
+            if gate.admit(&key, finding, now) {
+                to_send.push(finding);
+            } else if gate.dropped > dropped {
+                Metrics::count(&self.shared.metrics.events, "dropped");
+            }
+        }
+        for finding in to_send {
+            let violations: Vec<String> = finding
+                .decision
+                .iter()
+                .flat_map(|d| &d.violations)
+                .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
+                .collect();
+            let mut note = violations.join("; ");
+            if note.len() > 1000 {
+                let mut end = 1000;
+                while !note.is_char_boundary(end) {
+                    end -= 1;
+                }
+                note.truncate(end);
+                note.push_str("...");
+            }
+            let reference = ObjectReference {
+                api_version: Some(format!("{}/v1beta3", crate::manifest::CAPVCD_GROUP)),
+                kind: Some(finding.object.kind.clone()),
+                name: Some(finding.object.name.clone()),
+                namespace: Some(namespace.to_string()),
+                uid: finding.object.uid.clone(),
+                ..ObjectReference::default()
+            };
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "NetworkPolicyViolation".to_string(),
+                note: Some(note),
+                action: "Audit".to_string(),
+                secondary: None,
+            };
+            match self.recorder.publish(&event, &reference).await {
+                Ok(()) => Metrics::count(&self.shared.metrics.events, "sent"),
+                Err(err) => {
+                    Metrics::count(&self.shared.metrics.events, "failed");
+                    tracing::warn!(object = %finding.object, error = %err, "cannot publish the Event");
+                }
+            }
+        }
+    }
+
+    /// Sets the gauges from every namespace's totals.
+    fn gauges(&self) {
+        let mut results: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut changes: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for summary in self.summaries.values() {
+            for (verdict, n) in &summary.results {
+                *results.entry(verdict.as_str()).or_default() += n;
+            }
+            for (reason, n) in &summary.reasons {
+                *reasons.entry(reason).or_default() += n;
+            }
+            for (change, n) in summary.candidate.iter().flatten() {
+                *changes.entry(change.label()).or_default() += n;
+            }
+        }
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let metrics = &self.shared.metrics;
+        metrics.objects.clear();
+        for (result, n) in results {
+            metrics
+                .objects
+                .get_or_create(&metrics::ResultLabel {
+                    result: result.to_string(),
+                })
+                .set(gauge(n));
+        }
+        metrics.violations.clear();
+        for (reason, n) in reasons {
+            metrics
+                .violations
+                .get_or_create(&metrics::ReasonLabel {
+                    reason: reason.to_string(),
+                })
+                .set(gauge(n));
+        }
+        metrics.candidate.clear();
+        for (change, n) in changes {
+            metrics
+                .candidate
+                .get_or_create(&metrics::ChangeLabel {
+                    change: change.to_string(),
+                })
+                .set(gauge(n));
+        }
+    }
+}
+
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(shared);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        })
+        .await;
+    if let Err(err) = result {
+        tracing::error!(error = %err, "probe server failed");
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.ready() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches syncing\n").into_response()
+    }
+}
+
+async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+        .into_response()
+}

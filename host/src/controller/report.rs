@@ -1,0 +1,317 @@
+//! PolicyReports (`wgpolicyk8s.io/v1alpha2`, the format Kyverno and Kubewarden's audit scanner
+//! write and policy dashboards read): one per namespace, built from the namespace's findings,
+//! bounded in size, with a fingerprint so it is written only when its results change.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::audit::{Finding, Verdict};
+
+/// Name of the report in each namespace.
+pub const REPORT_NAME: &str = "nicpolicy";
+/// Annotation holding the digest of the results, to skip writes that change nothing.
+pub const FINGERPRINT_ANNOTATION: &str = "nicpolicy.io/results-sha256";
+/// Annotation saying how many results were left out to keep the report bounded.
+pub const TRUNCATED_ANNOTATION: &str = "nicpolicy.io/results-left-out";
+/// Messages longer than this are cut: a report stays far below etcd's 1.5 MiB object limit.
+const MAX_MESSAGE: usize = 1024;
+
+/// How large a report may grow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Results per report. Failures and errors are kept first; the summary always counts
+    /// every object.
+    pub max_results: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        // About 400 KiB at the longest messages: well inside etcd's object size limit.
+        Bounds { max_results: 1000 }
+    }
+}
+
+/// A built report: the object to apply and the digest of its content.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The PolicyReport object (server-side apply body).
+    pub object: Value,
+    /// sha256 of the summary and results, as the fingerprint annotation holds it.
+    pub fingerprint: String,
+    /// Results left out by the bound.
+    pub left_out: usize,
+}
+
+/// `pass`, `fail`, `skip` or `error`, as PolicyReports spell results.
+fn result_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allowed => "pass",
+        Verdict::Denied => "fail",
+        Verdict::Skipped => "skip",
+        Verdict::Error | Verdict::Failed => "error",
+    }
+}
+
+fn cut(text: &str) -> String {
+    if text.len() <= MAX_MESSAGE {
+        return text.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The report results of one finding: one per violation of a denied object (with its field
+/// path and reason), one otherwise.
+fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
+    let resource = {
+        let mut r = json!({
+            "apiVersion": format!("{}/v1beta3", crate::manifest::CAPVCD_GROUP),
+            "kind": finding.object.kind,
+            "namespace": finding.object.namespace,
+            "name": finding.object.name,
+        });
+        if let Some(uid) = &finding.object.uid {
+            r["uid"] = uid.clone().into();
+        }
+        r
+    };
+    let mut properties = BTreeMap::new();
+    if let Some(cluster) = &finding.cluster {
+        properties.insert("cluster", format!("{}/{}", cluster.kind, cluster.name));
+    }
+    if let Some(shadow) = &finding.shadow {
+        properties.insert("candidate", shadow.change.as_str().to_string());
+        if !shadow.details.is_empty() {
+            properties.insert("candidateChanges", cut(&shadow.details.join("; ")));
+        }
+    }
+    let result = |rule: &str, message: String, extra: &[(&'static str, String)]| {
+        let mut properties = properties.clone();
+        properties.extend(extra.iter().cloned());
+        let mut r = json!({
+            "source": "nicpolicy",
+            "policy": policy,
+            "rule": rule,
+            "category": "Networks",
+            "result": result_word(finding.result),
+            "scored": true,
+            "message": cut(&message),
+            "resources": [resource.clone()],
+        });
+        if !properties.is_empty() {
+            r["properties"] = json!(properties);
+        }
+        if finding.result == Verdict::Denied {
+            r["severity"] = "high".into();
+        }
+        r
+    };
+    match (&finding.decision, finding.result) {
+        (Some(decision), Verdict::Denied) => decision
+            .violations
+            .iter()
+            .map(|v| {
+                result(
+                    &format!("{:?}", v.reason),
+                    format!("{}: {}", v.field, v.message),
+                    &[("field", v.field.clone())],
+                )
+            })
+            .collect(),
+        (Some(decision), _) => {
+            let plan: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
+            vec![result(
+                "nic-plan",
+                format!("NIC plan: {}", plan.join(", ")),
+                &[],
+            )]
+        }
+        (None, verdict) => vec![result(
+            if verdict == Verdict::Skipped {
+                "not-checked"
+            } else {
+                "evaluation"
+            },
+            finding.message.clone().unwrap_or_default(),
+            &[],
+        )],
+    }
+}
+
+/// Order of results kept under the bound: what needs action first.
+fn rank(result: &Value) -> u8 {
+    match result.get("result").and_then(Value::as_str) {
+        Some("fail") => 0,
+        Some("error") => 1,
+        Some("warn") => 2,
+        Some("skip") => 3,
+        _ => 4,
+    }
+}
+
+/// The PolicyReport of `namespace` for `findings` (the namespace's machines); `policy` names
+/// the chain that decides each kind.
+pub fn build(
+    namespace: &str,
+    policy: &dyn Fn(&str) -> String,
+    findings: &[Finding],
+    bounds: Bounds,
+) -> Report {
+    let mut summary: BTreeMap<&str, usize> = ["pass", "fail", "warn", "error", "skip"]
+        .map(|k| (k, 0))
+        .into();
+    let mut results: Vec<Value> = Vec::new();
+    for finding in findings {
+        *summary.entry(result_word(finding.result)).or_default() += 1;
+        results.extend(results_of(finding, &policy(&finding.object.kind)));
+    }
+    // Stable order (so equal results give equal digests), failures first.
+    results.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| {
+                a["resources"][0]["name"]
+                    .as_str()
+                    .cmp(&b["resources"][0]["name"].as_str())
+            })
+            .then_with(|| {
+                a["resources"][0]["kind"]
+                    .as_str()
+                    .cmp(&b["resources"][0]["kind"].as_str())
+            })
+            .then_with(|| a["message"].as_str().cmp(&b["message"].as_str()))
+    });
+    let left_out = results.len().saturating_sub(bounds.max_results);
+    results.truncate(bounds.max_results);
+    let content = json!({"summary": summary, "results": results});
+    let fingerprint = format!("{:x}", Sha256::digest(content.to_string().as_bytes()));
+    let mut annotations = BTreeMap::from([(FINGERPRINT_ANNOTATION, fingerprint.clone())]);
+    if left_out > 0 {
+        annotations.insert(TRUNCATED_ANNOTATION, left_out.to_string());
+    }
+    let object = json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": REPORT_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "nicpolicy"},
+            "annotations": annotations,
+        },
+        "summary": content["summary"],
+        "results": content["results"],
+    });
+    Report {
+        object,
+        fingerprint,
+        left_out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::ObjectId;
+    use nicpolicy_plugin::{Decision, Reason, Violation};
+
+    fn finding(name: &str, violations: usize) -> Finding {
+        let decision = if violations == 0 {
+            Decision {
+                allowed: true,
+                ..Decision::default()
+            }
+        } else {
+            Decision::from_violations(
+                (0..violations)
+                    .map(|i| {
+                        Violation::new(
+                            format!("spec.extraOvdcNetworks[{i}]"),
+                            Reason::NotFound,
+                            "x".repeat(5000),
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        Finding {
+            object: ObjectId {
+                kind: "VCDMachine".into(),
+                namespace: "prod-eu1".into(),
+                name: name.into(),
+                source: None,
+                uid: Some(format!("uid-{name}")),
+            },
+            cluster: None,
+            result: if violations == 0 {
+                Verdict::Allowed
+            } else {
+                Verdict::Denied
+            },
+            message: None,
+            decision: Some(decision),
+            shadow: None,
+            request: None,
+            elapsed: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn reports_are_bounded_and_keep_failures_first() {
+        let findings: Vec<Finding> = (0..3000)
+            .map(|i| {
+                finding(
+                    &format!("prod-eu1-md-0-{i:05}"),
+                    usize::from(i % 10 == 0) * 2,
+                )
+            })
+            .collect();
+        let report = build(
+            "prod-eu1",
+            &|_| "nicpolicy-capvcd".into(),
+            &findings,
+            Bounds::default(),
+        );
+        let results = report.object["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1000);
+        // 300 denied machines with 2 violations each come first.
+        assert!(results[..600].iter().all(|r| r["result"] == "fail"));
+        assert_eq!(report.object["summary"]["fail"], 300);
+        assert_eq!(report.object["summary"]["pass"], 2700);
+        assert_eq!(report.left_out, 3300 - 1000);
+        assert_eq!(
+            report.object["metadata"]["annotations"][TRUNCATED_ANNOTATION],
+            "2300"
+        );
+        // Long messages are cut: the whole report stays well under etcd's limit.
+        let size = report.object.to_string().len();
+        assert!(size < 1_000_000, "{size} bytes");
+        assert!(results[0]["message"].as_str().unwrap().len() <= MAX_MESSAGE + 40);
+        assert_eq!(
+            results[0]["properties"]["field"],
+            "spec.extraOvdcNetworks[0]"
+        );
+        assert_eq!(results[0]["rule"], "NotFound");
+    }
+
+    #[test]
+    fn the_fingerprint_changes_with_results_only() {
+        let a = vec![finding("prod-eu1-md-0-a", 0), finding("prod-eu1-md-0-b", 1)];
+        let b = vec![finding("prod-eu1-md-0-b", 1), finding("prod-eu1-md-0-a", 0)];
+        let first = build("prod-eu1", &|_| "p".into(), &a, Bounds::default());
+        // Input order does not matter.
+        assert_eq!(
+            first.fingerprint,
+            build("prod-eu1", &|_| "p".into(), &b, Bounds::default()).fingerprint
+        );
+        let fixed = vec![finding("prod-eu1-md-0-a", 0), finding("prod-eu1-md-0-b", 0)];
+        assert_ne!(
+            first.fingerprint,
+            build("prod-eu1", &|_| "p".into(), &fixed, Bounds::default()).fingerprint
+        );
+    }
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane nicpolicy's end-to-end tests run against: kube-apiserver
+# and kubectl from k8s.io/kubernetes and an etcd server from go.etcd.io/etcd/server/v3, at the
+# releases pinned in go.mod beside this script, through the Go module proxy.
+#
+#   tests/e2e/kube/build.sh              build (or reuse) and print the binary directory last
+#   tests/e2e/kube/build.sh --print-dir  print the binary directory only, build nothing
+#
+# Binaries go to ${XDG_CACHE_HOME:-~/.cache}/nicpolicy-e2e/<versions>-<hash of the Go files>/,
+# outside the clone, and are reused while go.mod, go.sum and etcd/main.go stay the same. The
+# first build downloads about 400 MB of modules and compiles for 10-15 minutes on 2 cores
+# (docs/deploy.md#end-to-end-tests); later runs take a second.
+# -E: the ERR trap that names the failed step also fires inside functions.
+set -Eeuo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+required() { awk -v m="$1" '$1 == m { print $2; exit }' go.mod; }
+k8s_version=$(required k8s.io/kubernetes)
+etcd_version=$(required go.etcd.io/etcd/server/v3)
+if [[ -z "$k8s_version" || -z "$etcd_version" ]]; then
+  echo "build.sh: go.mod does not require k8s.io/kubernetes and go.etcd.io/etcd/server/v3" >&2
+  exit 1
+fi
+hash=$(cat go.mod go.sum etcd/main.go | sha256sum | cut -c1-12)
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/nicpolicy-e2e"
+dir="$cache/kubernetes-${k8s_version}-etcd-${etcd_version}-${hash}"
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+  echo "$dir"
+  exit 0
+fi
+
+binaries=(kube-apiserver kubectl etcd)
+complete() {
+  [[ -f "$dir/.complete" ]] || return 1
+  for bin in "${binaries[@]}"; do [[ -x "$dir/$bin" ]] || return 1; done
+}
+if complete; then
+  echo "e2e binaries: reusing kube-apiserver ${k8s_version}, kubectl ${k8s_version}, etcd ${etcd_version} in $dir" >&2
+  echo "$dir"
+  exit 0
+fi
+
+if ! command -v go >/dev/null; then
+  echo "build.sh: failed step: find Go: no 'go' command (.ci/run installs golang-go)" >&2
+  exit 1
+fi
+
+step_name=""
+staging=""
+on_error() {
+  echo "build.sh: failed step: ${step_name} (output above)" >&2
+  [[ -n "$staging" ]] && rm -rf "$staging"
+}
+trap on_error ERR
+
+# Runs one named step, timing it.
+step() {
+  step_name=$1
+  shift
+  local start=$SECONDS
+  echo "e2e binaries: ${step_name}..." >&2
+  "$@" >&2
+  echo "e2e binaries: ${step_name}: done in $((SECONDS - start)) s" >&2
+}
+
+minor=${k8s_version#v1.}
+minor=${minor%%.*}
+# What `kube-apiserver --version` and kubectl's version skew check report; the module build
+# otherwise says v0.0.0-master.
+version_flags="-X k8s.io/component-base/version.gitVersion=${k8s_version}"
+version_flags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+version_flags+=" -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
+version_flags+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
+ldflags="-s -w ${version_flags}"
+
+started=$SECONDS
+staging="${dir}.partial.$$"
+rm -rf "$staging"
+mkdir -p "$staging"
+echo "e2e binaries: building kube-apiserver and kubectl ${k8s_version}, etcd ${etcd_version} into $dir ($(go env GOVERSION), $(nproc) cores)" >&2
+step "download modules" go mod download
+# No VCS stamp: the clone's git metadata says nothing about these binaries (and git refuses a
+# clone owned by another user).
+step "build etcd ${etcd_version}" go build -buildvcs=false -ldflags "-s -w" -o "$staging/etcd" ./etcd
+step "build kube-apiserver ${k8s_version}" go build -buildvcs=false -ldflags "$ldflags" -o "$staging/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+step "build kubectl ${k8s_version}" go build -buildvcs=false -ldflags "$ldflags" -o "$staging/kubectl" k8s.io/kubernetes/cmd/kubectl
+step_name="install into $dir"
+touch "$staging/.complete"
+rm -rf "$dir"
+mv "$staging" "$dir"
+trap - ERR
+echo "e2e binaries: built in $((SECONDS - started)) s:" >&2
+(cd "$dir" && du -h "${binaries[@]}") >&2
+echo "$dir"

@@ -1,0 +1,379 @@
+//! `nicpolicy serve` deployed as the project ships it: the configuration from config/nicpolicy/,
+//! the webhook configurations from config/webhooks.yaml (only `clientConfig` swapped for a
+//! loopback URL and the CA bundle `--tls-self-signed` wrote), and the identity of the shipped
+//! ServiceAccount bound by the shipped ClusterRole in config/rbac.yaml, so a rule missing there
+//! fails the suite.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::binaries::{binaries, workspace};
+use crate::control_plane::{free_port, kubeconfig, ControlPlane};
+use crate::kubectl::Kubectl;
+use crate::process::Process;
+
+/// How long nicpolicy may take to serve with synced caches.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long kube-apiserver may take to act on a changed webhook configuration.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `nicpolicy serve` process and, once [`Webhook::register`]ed, its webhook configurations.
+pub struct Webhook {
+    /// The configuration directory (the ConfigMap's files): nicpolicy.yaml, inventory.yaml,
+    /// policy.wasm.
+    pub config_dir: PathBuf,
+    /// The HTTPS port on 127.0.0.1.
+    pub port: u16,
+    /// The CA bundle `--tls-self-signed` wrote.
+    pub ca_file: PathBuf,
+    process: Option<Process>,
+    admin: Kubectl,
+    kubeconfig: PathBuf,
+    registered: bool,
+    http: Option<reqwest::Client>,
+}
+
+/// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
+/// files and the role-based module as `nicpolicy export` writes it into policy.wasm (docs/deploy.md, step 2).
+pub fn shipped_config(plane: &ControlPlane, name: &str) -> PathBuf {
+    let dir = plane.dir.join(format!("webhook-{name}"));
+    std::fs::create_dir_all(&dir).expect("webhook directory");
+    for file in ["nicpolicy.yaml", "inventory.yaml"] {
+        std::fs::copy(
+            workspace().join("config/nicpolicy").join(file),
+            dir.join(file),
+        )
+        .expect("copy the shipped configuration");
+    }
+    let exported = Command::new(&binaries().nicpolicy)
+        .args(["export", "role-based", "-o"])
+        .arg(dir.join("policy.wasm"))
+        .output()
+        .expect("nicpolicy export runs");
+    assert!(
+        exported.status.success(),
+        "nicpolicy export role-based failed: {}",
+        String::from_utf8_lossy(&exported.stderr)
+    );
+    dir
+}
+
+/// Edits `file` in a configuration directory: replaces `from` with `to`, which must occur.
+pub fn edit_config(dir: &Path, file: &str, from: &str, to: &str) {
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path).expect("config file");
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(&path, text.replace(from, to)).expect("write config file");
+}
+
+/// A kubeconfig with a token of the shipped ServiceAccount (config/rbac.yaml applied into
+/// config/namespace.yaml's namespace, as kustomize does), made once per control plane.
+pub fn service_account_kubeconfig(plane: &ControlPlane) -> PathBuf {
+    let path = plane.dir.join("nicpolicy-webhook.kubeconfig");
+    if path.is_file() {
+        return path;
+    }
+    let kubectl = plane.kubectl();
+    let config = workspace().join("config");
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &config.join("namespace.yaml").to_string_lossy(),
+    ]);
+    kubectl.ok(&[
+        "apply",
+        "-n",
+        "nicpolicy-system",
+        "-f",
+        &config.join("rbac.yaml").to_string_lossy(),
+    ]);
+    // TokenRequest, as the kubelet gets the pod's projected token.
+    let token = kubectl.ok(&[
+        "create",
+        "token",
+        "nicpolicy-webhook",
+        "-n",
+        "nicpolicy-system",
+        "--duration=24h",
+    ]);
+    std::fs::write(
+        &path,
+        kubeconfig(
+            plane.api_port,
+            &plane.pki.ca_file,
+            &format!("token: {}", token.trim()),
+        ),
+    )
+    .expect("write the webhook's kubeconfig");
+    path
+}
+
+impl Webhook {
+    /// Starts `nicpolicy serve --config DIR/nicpolicy.yaml --tls-self-signed` on a free port
+    /// with the shipped ServiceAccount's identity and waits for `/readyz` (caches synced).
+    pub async fn start(plane: &ControlPlane, config_dir: &Path) -> Webhook {
+        let mut webhook = Webhook {
+            config_dir: config_dir.to_path_buf(),
+            port: free_port(),
+            ca_file: config_dir.join("nicpolicy-ca.crt"),
+            process: None,
+            admin: plane.kubectl(),
+            kubeconfig: service_account_kubeconfig(plane),
+            registered: false,
+            http: None,
+        };
+        webhook.spawn().await;
+        webhook
+    }
+
+    /// The shipped configuration (in a directory named after `name`), started and registered.
+    pub async fn registered(plane: &ControlPlane, name: &str) -> Webhook {
+        let mut webhook = Webhook::start(plane, &shipped_config(plane, name)).await;
+        webhook.register().await;
+        webhook
+    }
+
+    async fn spawn(&mut self) {
+        let _ = std::fs::remove_file(&self.ca_file);
+        let mut command = Command::new(&binaries().nicpolicy);
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_dir.join("nicpolicy.yaml"))
+            .arg("--tls-self-signed")
+            .arg("--ca-bundle")
+            .arg(&self.ca_file)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--log-level=info,nicpolicy=debug")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("RUST_LOG")
+            .env(
+                "NICPOLICY_CACHE_DIR",
+                std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
+            );
+        let process = Process::spawn("nicpolicy", command, &self.config_dir.join("nicpolicy.log"))
+            .expect("nicpolicy serve starts");
+        self.process = Some(process);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(process) = self.process.as_mut() {
+                if !process.running() {
+                    panic!("nicpolicy serve exited:\n{}", process.log_tail(30));
+                }
+            }
+            if self.ca_file.is_file() {
+                let ca = std::fs::read(&self.ca_file).expect("CA bundle");
+                // No kept-alive connection: the tests stop nicpolicy from synchronous code, and
+                // an idle connection whose client task cannot run would hold the server's
+                // graceful shutdown for its whole grace period.
+                let http = reqwest::Client::builder()
+                    .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("PEM"))
+                    .http1_only()
+                    .pool_max_idle_per_host(0)
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .expect("HTTPS client");
+                let ready = http.get(self.url("/readyz")).send().await;
+                if matches!(&ready, Ok(r) if r.status().is_success()) {
+                    eprintln!(
+                        "e2e: nicpolicy serve ready on port {} in {:.1} s",
+                        self.port,
+                        start.elapsed().as_secs_f64()
+                    );
+                    self.http = Some(http);
+                    return;
+                }
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                panic!(
+                    "nicpolicy serve was not ready after {READY_TIMEOUT:?}:\n{}",
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `https://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The last lines of nicpolicy's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        crate::process::tail(&self.config_dir.join("nicpolicy.log"), lines)
+    }
+
+    /// nicpolicy's whole log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.config_dir.join("nicpolicy.log")).unwrap_or_default()
+    }
+
+    /// The shipped webhook configurations with `clientConfig` pointing at this process.
+    pub fn configurations(&self) -> Value {
+        let text = std::fs::read_to_string(workspace().join("config/webhooks.yaml"))
+            .expect("config/webhooks.yaml");
+        let ca = std::fs::read(&self.ca_file).expect("CA bundle");
+        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca);
+        let mut items = Vec::new();
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let mut object: Value =
+                serde::Deserialize::deserialize(document).expect("config/webhooks.yaml parses");
+            let webhooks = object["webhooks"]
+                .as_array_mut()
+                .expect("a webhook configuration lists webhooks");
+            for webhook in webhooks {
+                let path = webhook
+                    .pointer("/clientConfig/service/path")
+                    .and_then(Value::as_str)
+                    .expect("each shipped webhook names a service path")
+                    .to_string();
+                webhook["clientConfig"] = json!({
+                    "url": self.url(&path),
+                    "caBundle": ca_bundle,
+                });
+            }
+            items.push(object);
+        }
+        json!({"apiVersion": "v1", "kind": "List", "items": items})
+    }
+
+    /// Registers the shipped webhook configurations with kube-apiserver and waits until it
+    /// sends reviews here.
+    pub async fn register(&mut self) {
+        let list = self.configurations().to_string();
+        self.admin.apply(&list);
+        self.registered = true;
+        let start = Instant::now();
+        loop {
+            let before = self.reviews_answered().await;
+            self.probe();
+            if self.reviews_answered().await > before {
+                eprintln!(
+                    "e2e: webhook registered; kube-apiserver calls it after {:.1} s",
+                    start.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            if start.elapsed() > REGISTER_TIMEOUT {
+                panic!("kube-apiserver did not call the registered webhook within {REGISTER_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A server-side dry-run create of a VCDMachine in `default`: reviewed by whatever webhook
+    /// is registered, stored nowhere. Returns whether it was admitted.
+    fn probe(&self) -> bool {
+        let probe = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+            "kind": "VCDMachine",
+            "metadata": {
+                "name": "e2e-registration-probe",
+                "namespace": "default",
+                "labels": {"cluster.x-k8s.io/cluster-name": "e2e-registration-probe"}
+            },
+            "spec": {"extraOvdcNetworks": ["storage-net"]}
+        });
+        self.admin
+            .run_with(
+                &["create", "--dry-run=server", "-o", "name", "-f", "-"],
+                Some(&probe.to_string()),
+            )
+            .success
+    }
+
+    /// The sum of `nicpolicy_reviews_total` (0 when the process does not answer).
+    pub async fn reviews_answered(&self) -> u64 {
+        let Some(http) = self.http.as_ref() else {
+            return 0;
+        };
+        let Ok(response) = http.get(self.url("/metrics")).send().await else {
+            return 0;
+        };
+        let text = response.text().await.unwrap_or_default();
+        text.lines()
+            .filter(|line| line.starts_with("nicpolicy_reviews_total"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Stops the process (SIGTERM); the webhook configurations stay registered, as when every
+    /// replica is down.
+    pub fn stop(&mut self) {
+        self.http = None;
+        if let Some(mut process) = self.process.take() {
+            let status = process.stop(Duration::from_secs(30));
+            eprintln!("e2e: nicpolicy serve stopped: {status}");
+        }
+    }
+
+    /// Starts the process again on the same port with the same configuration directory.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.spawn().await;
+        if self.registered {
+            // A new CA was generated: point the configurations at it.
+            self.register().await;
+        }
+    }
+
+    /// Whether the process is running.
+    pub fn running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(Process::running)
+    }
+
+    /// Removes the webhook configurations and waits until kube-apiserver stops calling them.
+    pub fn unregister(&mut self) {
+        if !self.registered {
+            return;
+        }
+        self.registered = false;
+        self.admin.run(&[
+            "delete",
+            "mutatingwebhookconfiguration/nicpolicy",
+            "validatingwebhookconfiguration/nicpolicy",
+            "--ignore-not-found",
+        ]);
+        let start = Instant::now();
+        // The probe is admitted once no webhook is consulted (nothing else checks it).
+        while !self.probe() {
+            if start.elapsed() > REGISTER_TIMEOUT {
+                let why = format!(
+                    "kube-apiserver still called the deleted webhooks after {REGISTER_TIMEOUT:?}"
+                );
+                // A second panic while a failed test unwinds would abort the whole binary.
+                if std::thread::panicking() {
+                    eprintln!("e2e: {why}");
+                    return;
+                }
+                panic!("{why}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!(
+                "e2e: last lines of {}:\n{}",
+                self.config_dir.join("nicpolicy.log").display(),
+                self.log_tail(40)
+            );
+        }
+        self.unregister();
+    }
+}

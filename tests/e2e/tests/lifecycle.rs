@@ -1,0 +1,270 @@
+//! Admission that never blocks a cluster's lifecycle, against a real kube-apiserver: a stock
+//! clusterctl manifest in one `kubectl apply` (templates before their cluster, without cluster
+//! labels), machines of a cluster not known yet, a stored machine that breaks the policy being
+//! relabelled and deleted, and requests too large for the policy under both failure modes.
+
+use nicpolicy_e2e::fixtures::{
+    self, cluster_namespace, create, get, namespace, plan_networks, refusal, worker,
+};
+use nicpolicy_e2e::webhook::{edit_config, shipped_config};
+use nicpolicy_e2e::{shared, workspace, Webhook};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_rendered_clusterctl_manifest_applies_in_one_go() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let fixtures = workspace().join("tests/e2e/fixtures");
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &fixtures.join("cluster-api-crds.yaml").to_string_lossy(),
+    ]);
+    kubectl.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+        "crd/kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+        "crd/machinedeployments.cluster.x-k8s.io",
+    ]);
+    namespace(&kubectl, "prod-eu1");
+    let _webhook = Webhook::registered(&plane, "clusterctl").await;
+
+    let manifest = fixtures.join("clusterctl-prod-eu1.yaml");
+    let applied = kubectl.run(&["apply", "-f", &manifest.to_string_lossy()]);
+    assert!(
+        applied.success,
+        "the rendered manifest was refused:\n{}",
+        applied.stderr
+    );
+    for object in [
+        "vcdmachinetemplate.infrastructure.cluster.x-k8s.io/prod-eu1-control-plane created",
+        "vcdmachinetemplate.infrastructure.cluster.x-k8s.io/prod-eu1-md-0 created",
+        "cluster.cluster.x-k8s.io/prod-eu1 created",
+        "vcdcluster.infrastructure.cluster.x-k8s.io/prod-eu1 created",
+        "machinedeployment.cluster.x-k8s.io/prod-eu1-md-0 created",
+    ] {
+        assert!(
+            applied.stdout.contains(object),
+            "{object} missing from:\n{}",
+            applied.stdout
+        );
+    }
+    // The templates were admitted without their cluster: kubectl shows why they were not fully
+    // checked.
+    assert!(
+        applied.stderr.contains("Warning:"),
+        "no warning for the templates:\n{}",
+        applied.stderr
+    );
+
+    // Applying the same manifest again changes nothing and is admitted again.
+    let again = kubectl.run(&["apply", "-f", &manifest.to_string_lossy()]);
+    assert!(again.success, "{}", again.stderr);
+
+    // The machines Cluster API creates from the templates carry the cluster label: fully checked
+    // and planned on the cluster's network.
+    let client = plane.client().await;
+    let template = get(&client, "prod-eu1", "VCDMachineTemplate", "prod-eu1-md-0")
+        .await
+        .expect("stored");
+    let mut machine = worker("prod-eu1", "prod-eu1-md-0-7d9fk", Some("prod-eu1"), None);
+    machine["spec"] = template["spec"]["template"]["spec"].clone();
+    let stored = create(&client, &machine, false)
+        .await
+        .expect("a machine of the applied cluster");
+    assert_eq!(
+        plan_networks(&stored),
+        ["mgmt-net", "storage-net", "workload-net"]
+    );
+
+    // A template that breaks a rule needing no cluster is still refused, naming the field.
+    let mut broken = fixtures::template(
+        "prod-eu1",
+        "prod-eu1-md-1",
+        None,
+        Some(&["storage-net", "storage-net"]),
+    );
+    broken["metadata"]["labels"] = json!({});
+    let refused = kubectl.run_with(&["apply", "-f", "-"], Some(&broken.to_string()));
+    assert!(
+        !refused.success,
+        "a template with a duplicate network was admitted"
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("spec.template.spec.extraOvdcNetworks[1]"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_machine_of_an_unknown_cluster_is_checked_with_what_needs_no_cluster() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    namespace(&kubectl, "prod-ap1");
+    let _webhook = Webhook::registered(&plane, "unknown").await;
+
+    let machine = worker(
+        "prod-ap1",
+        "prod-ap1-md-0-z3x8c",
+        Some("prod-ap1"),
+        Some(&["storage-net"]),
+    );
+    let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&machine.to_string()));
+    assert!(applied.success, "{}", applied.stderr);
+    assert!(
+        applied.stderr.contains("Warning:"),
+        "admitted without saying the cluster is unknown:\n{}",
+        applied.stderr
+    );
+    assert!(applied.stderr.contains("prod-ap1"), "{}", applied.stderr);
+
+    let duplicate = worker(
+        "prod-ap1",
+        "prod-ap1-md-0-d4u9p",
+        Some("prod-ap1"),
+        Some(&["storage-net", "storage-net"]),
+    );
+    let refused = kubectl.run_with(&["apply", "-f", "-"], Some(&duplicate.to_string()));
+    assert!(
+        !refused.success,
+        "a duplicate network was admitted for an unknown cluster"
+    );
+    assert!(
+        refused.stderr.contains("spec.extraOvdcNetworks[1]"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_stored_machine_that_breaks_the_policy_can_be_relabelled_and_deleted() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    cluster_namespace(&kubectl, "prod-eu6");
+    let mut webhook = Webhook::start(&plane, &shipped_config(&plane, "stored-bad")).await;
+
+    // Stored before the webhook was installed.
+    let mut machine = worker(
+        "prod-eu6",
+        "prod-eu6-md-0-l2k5j",
+        Some("prod-eu6"),
+        Some(&["storage-net", "mgmt-net", "storage-net"]),
+    );
+    machine["metadata"]["finalizers"] = json!(["vcdmachine.infrastructure.cluster.x-k8s.io"]);
+    machine["spec"]["providerID"] =
+        json!("vmware-cloud-director://urn:vcloud:vm:7c2e1b4a-3f9d-4e8b-b1a6-5d0c9e2f8a17");
+    kubectl.apply(&machine.to_string());
+    webhook.register().await;
+
+    // Relabelling leaves the NICs alone: admitted, with the stored problems as warnings.
+    let relabelled = kubectl.run(&[
+        "label",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        "prod-eu6-md-0-l2k5j",
+        "topology.example.net/rack=r07",
+    ]);
+    assert!(
+        relabelled.success,
+        "relabelling a stored bad machine was refused:\n{}",
+        relabelled.stderr
+    );
+    assert!(
+        relabelled.stderr.contains("Warning:"),
+        "{}",
+        relabelled.stderr
+    );
+
+    // A change to its NICs is still judged.
+    let changed = kubectl.run(&[
+        "patch",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        "prod-eu6-md-0-l2k5j",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"extraOvdcNetworks":["storage-net","mgmt-net","storage-net","backup-net"]}}"#,
+    ]);
+    assert!(
+        !changed.success,
+        "a NIC change on a provisioned machine was admitted"
+    );
+
+    // Deletion finishes: the finalizer is removed by an UPDATE nicpolicy never blocks, even
+    // while the webhook is down (the shipped configurations do not send it).
+    kubectl.ok(&[
+        "delete",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        "prod-eu6-md-0-l2k5j",
+        "--wait=false",
+    ]);
+    webhook.stop();
+    let removed = kubectl.run(&[
+        "patch",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        "prod-eu6-md-0-l2k5j",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    assert!(
+        removed.success,
+        "the finalizer of a deleting machine could not be removed:\n{}",
+        removed.stderr
+    );
+    let client = plane.client().await;
+    assert!(
+        get(&client, "prod-eu6", "VCDMachine", "prod-eu6-md-0-l2k5j")
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_size_makes_the_policy_fail_is_denied_under_both_failure_modes() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    cluster_namespace(&kubectl, "prod-eu7");
+    let client = plane.client().await;
+    // 50,000 network names, about 1.2 MB: within kube-apiserver's and etcd's limits, but more
+    // than a policy is built for (over its input limit, or past its time limit). A failure the
+    // request causes is the request's fault: onPolicyFailure: Allow must not admit it unchecked.
+    let names: Vec<String> = (0..50_000)
+        .map(|i| format!("ext-workload-net-{i:06}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+
+    for mode in ["Deny", "Allow"] {
+        let dir = shipped_config(&plane, &format!("too-large-{mode}"));
+        edit_config(
+            &dir,
+            "nicpolicy.yaml",
+            "onPolicyFailure: Deny",
+            &format!("onPolicyFailure: {mode}"),
+        );
+        let mut webhook = Webhook::start(&plane, &dir).await;
+        webhook.register().await;
+        let name = format!("prod-eu7-md-0-big-{}", mode.to_lowercase());
+        let machine = worker("prod-eu7", &name, Some("prod-eu7"), Some(&names));
+        let Err(err) = create(&client, &machine, false).await else {
+            panic!("an oversized machine was admitted under onPolicyFailure: {mode}");
+        };
+        let (code, _, message, _) = refusal(&err);
+        eprintln!("e2e: onPolicyFailure {mode}: refused with {code}: {message}");
+        assert!(message.contains("nicpolicy.io"), "{message}");
+        assert!(get(&client, "prod-eu7", "VCDMachine", &name)
+            .await
+            .is_none());
+    }
+}
