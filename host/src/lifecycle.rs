@@ -111,7 +111,7 @@ pub fn judge<T: Judged, E: Failure>(
                 ..Decision::default()
             }))
         }
-        Err(failure) if failure.eval_error().is_request_fault() => {
+        Err(failure) if caused_by_request(request, failure.eval_error()) => {
             tracing::info!(error = %failure, "request too large for the policy: denied");
             return Ok(T::from_decision(request_fault_denial(request, &failure)));
         }
@@ -202,6 +202,22 @@ fn request_fault_denial(request: &Request, failure: &dyn Failure) -> Decision {
     )])
 }
 
+/// Most NICs a Cloud Director VM can have (hardware version 7 and later).
+pub const MAX_VM_NICS: usize = 10;
+
+/// Whether the request, not the policy or the host, caused `error`: an input over the policy's
+/// cap, or a time, memory or output limit hit on a machine that lists more extra networks than
+/// a VM can have NICs. No policy is built for such a list, and a request must not be able to
+/// make the policy fail on purpose and so be admitted unchecked under `onPolicyFailure: Allow`.
+fn caused_by_request(request: &Request, error: &EvalError) -> bool {
+    let resource_limit = matches!(
+        error,
+        EvalError::Timeout(_) | EvalError::MemoryLimit { .. } | EvalError::OutputTooLarge { .. }
+    );
+    error.is_request_fault()
+        || (resource_limit && request.machine.extra_ovdc_networks.len() >= MAX_VM_NICS)
+}
+
 /// Bytes of `value` as compact JSON (0 if it cannot be written).
 fn json_len<T: serde::Serialize>(value: &T) -> usize {
     serde_json::to_vec(value).map_or(0, |bytes| bytes.len())
@@ -284,6 +300,20 @@ mod tests {
         };
         let d = judge(&request, failing).unwrap().decision;
         assert!(d.allowed && d.warnings[0].contains("unreachable"));
+    }
+
+    #[test]
+    fn a_time_limit_hit_on_an_impossible_nic_list_is_the_requests_fault() {
+        let names: Vec<String> = (0..5000).map(|i| format!("ext-net-{i:05}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let timeout = |_: &Request| -> Result<Evaluation, EvalError> {
+            Err(EvalError::Timeout(std::time::Duration::from_millis(250)))
+        };
+        let d = judge(&testing::worker(&names), timeout).unwrap().decision;
+        assert!(!d.allowed);
+        assert_eq!(d.violations[0].field, "spec.extraOvdcNetworks");
+        // On a list a VM can have, a time limit stays the policy's fault.
+        assert!(judge(&testing::worker(&["storage-net"]), timeout).is_err());
     }
 
     #[test]

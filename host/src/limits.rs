@@ -32,8 +32,8 @@ impl Default for CompileBounds {
         CompileBounds {
             max_functions: 5_000,
             max_code_bytes: 1536 << 10,
-            max_function_bytes: 128 << 10,
-            max_locals: 2_000,
+            max_function_bytes: 64 << 10,
+            max_locals: 256,
         }
     }
 }

@@ -71,11 +71,11 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Child: builds the module, starts a host as `nicpolicy serve` does (no cache, so it
+/// Child: reads the module, starts a host as `nicpolicy serve` does (no cache, so it
 /// compiles), loads it, prints `peak_kib load_ms size outcome`.
-fn child(index: usize) {
-    let shapes = shapes();
-    let bytes = (shapes[index].1)();
+fn child(path: &str) {
+    // Built by the parent: building a module from text here would count against the peak.
+    let bytes = std::fs::read(path).expect("module file");
     let host = Host::new(HostConfig {
         cache_dir: None,
         max_instances: 16,
@@ -100,8 +100,8 @@ fn child(index: usize) {
 }
 
 fn main() {
-    if let Ok(index) = std::env::var(SHAPE_VAR) {
-        child(index.parse().expect("shape index"));
+    if let Ok(path) = std::env::var(SHAPE_VAR) {
+        child(&path);
         return;
     }
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this too: measure either way.
@@ -110,9 +110,13 @@ fn main() {
         "{:<45} {:>10} {:>10} {:>10}  outcome",
         "module", "size", "peak RSS", "load"
     );
-    for (index, (name, _)) in shapes().iter().enumerate() {
+    let dir = std::env::temp_dir().join(format!("nicpolicy-compile-memory-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    for (index, (name, build)) in shapes().iter().enumerate() {
+        let path = dir.join(format!("{index}.wasm"));
+        std::fs::write(&path, build()).expect("module written");
         let output = Command::new(&exe)
-            .env(SHAPE_VAR, index.to_string())
+            .env(SHAPE_VAR, &path)
             .output()
             .expect("child runs");
         let text = String::from_utf8_lossy(&output.stdout);
@@ -131,4 +135,5 @@ fn main() {
             eprintln!("{}", String::from_utf8_lossy(&output.stderr));
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -567,7 +567,7 @@ fn modules_too_costly_to_compile_are_refused_before_compiling() {
         .expect("refused");
     assert!(err.to_string().contains("locals in one function"), "{err}");
     // Within the bounds, a costly module loads.
-    let bounded = nicpolicy_tests::costly::heavy_functions(4, 500, 16 << 10).wasm();
+    let bounded = nicpolicy_tests::costly::heavy_functions(4, 256, 16 << 10).wasm();
     host.load(&bounded, PolicyOptions::default())
         .unwrap_or_else(|err| panic!("bounded module loads: {err}"));
     assert_host_healthy(&host);
