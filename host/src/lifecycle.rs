@@ -1,39 +1,26 @@
-//! Admission that never blocks a cluster's lifecycle, whichever policy decides.
+//! Admission that never blocks a cluster's lifecycle, whichever policy decides: the host's
+//! side.
 //!
-//! A policy judges one object; [`judge`] turns its decision into the answer the host gives, by
-//! rules every policy gets (site policies included) and that the webhook, `nicpolicy eval` and
-//! the case runner share:
+//! A policy judges one object; [`judge`] turns its decision into the answer the host gives, for
+//! the webhook, `nicpolicy eval` and the case runner alike. The rules on the decision itself
+//! (objects being deleted, unknown clusters, ratcheted updates) are
+//! [`nicpolicy_plugin::lifecycle`]'s, shared with the Kubewarden build, which applies them
+//! without a nicpolicy host. What only a host that runs the policy can know is here:
 //!
-//! 1. **An object being deleted is never denied.** When the machine has
-//!    `metadata.deletionTimestamp` (CAPVCD removing its finalizer), violations become warnings,
-//!    and a policy failure is an allow with a warning: a deletion must always finish.
-//! 2. **A failure the request causes is a denial.** An input over the policy's input cap
-//!    ([`EvalError::is_request_fault`]) denies, naming the largest part of the machine, whatever
-//!    the webhook's `onPolicyFailure` says; fail-open is only for faults of the policy or host.
-//! 3. **No cluster yet, no cluster rules.** With [`Request::cluster_unknown`], violations on
-//!    `cluster.*` fields (from a policy that does not read the flag) become warnings; the rules
-//!    that need only the machine still deny.
-//! 4. **An UPDATE is judged by what it changes** ("ratcheting", as Kubernetes validates CRDs).
-//!    When the decision denies, the stored object is judged too ([`Request::baseline_request`]:
-//!    the stored object as an UPDATE that changes nothing); each violation the stored object has
-//!    as well, same field and reason, becomes a warning, and only new violations deny. A
-//!    decision with [`Decision::strict`] opts out.
-//!
-//! Warnings made here start with one of the `*_PREFIX` constants, so users (and tests) can tell
-//! them apart from the policy's own.
+//! - **A deletion finishes even when the policy fails.** A failure on an object that has
+//!   `metadata.deletionTimestamp` is an allow with a warning.
+//! - **A failure the request causes is a denial.** An input over the policy's input cap
+//!   ([`EvalError::is_request_fault`]), or a time, memory or output limit hit on a machine that
+//!   lists more extra networks than a VM can have NICs, denies, naming the largest part of the
+//!   machine, whatever the webhook's `onPolicyFailure` says; fail-open is only for faults of
+//!   the policy or host.
 
-use nicpolicy_plugin::{Decision, Operation, Reason, Request, Violation};
+use nicpolicy_plugin::lifecycle::{deleting_failure, settle};
+use nicpolicy_plugin::{Decision, Reason, Request, Violation};
 
 use crate::chain::{ChainError, ChainEvaluation};
 use crate::error::EvalError;
 use crate::policy::Evaluation;
-
-/// Starts the warning for a violation the stored object already had.
-pub const PREEXISTING_PREFIX: &str = "pre-existing violation, not enforced on this update";
-/// Starts the warning for a violation of an object being deleted.
-pub const DELETING_PREFIX: &str = "not enforced, the object is being deleted";
-/// Starts the warning for a violation about a cluster that is not known yet.
-pub const CLUSTER_UNKNOWN_PREFIX: &str = "not enforced until the machine's cluster is known";
 
 /// A successful evaluation whose decision [`judge`] may adjust: a single policy's or a chain's.
 pub trait Judged: Sized {
@@ -90,9 +77,9 @@ impl Failure for ChainError {
     }
 }
 
-/// Evaluates `request` with `evaluate` and applies the rules of this module (see the
-/// [module documentation](self)). `Err` only for a failure of the policy or host on an object
-/// that is not being deleted.
+/// Evaluates `request` with `evaluate` and applies the lifecycle rules: the host's (see the
+/// [module documentation](self)) and [`settle`]'s. `Err` only for a failure of the policy or
+/// host on an object that is not being deleted.
 ///
 /// # Errors
 /// The error of `evaluate`, unless the request caused it or the object is being deleted.
@@ -103,13 +90,7 @@ pub fn judge<T: Judged, E: Failure>(
     let mut evaluation = match evaluate(request) {
         Ok(evaluation) => evaluation,
         Err(failure) if request.machine.is_deleting() => {
-            return Ok(T::from_decision(Decision {
-                allowed: true,
-                warnings: vec![format!(
-                    "{DELETING_PREFIX}: the object was not checked: {failure}"
-                )],
-                ..Decision::default()
-            }))
+            return Ok(T::from_decision(deleting_failure(&failure)))
         }
         Err(failure) if caused_by_request(request, failure.eval_error()) => {
             tracing::info!(error = %failure, "request too large for the policy: denied");
@@ -117,59 +98,13 @@ pub fn judge<T: Judged, E: Failure>(
         }
         Err(failure) => return Err(failure),
     };
-    let decision = evaluation.decision_mut();
-    if decision.allowed {
-        return Ok(evaluation);
-    }
-    if request.machine.is_deleting() {
-        downgrade(decision, DELETING_PREFIX, |_| true);
-        return Ok(evaluation);
-    }
-    if request.cluster_unknown {
-        downgrade(decision, CLUSTER_UNKNOWN_PREFIX, |v| {
-            v.field.starts_with("cluster.")
-        });
-    }
-    if decision.allowed || decision.strict || request.operation != Operation::Update {
-        return Ok(evaluation);
-    }
-    let Some(stored) = request.baseline_request() else {
-        return Ok(evaluation);
-    };
     // The stored object is judged the same way; if that fails, nothing is known to pre-exist.
-    if let Ok(mut before) = evaluate(&stored) {
-        let before = before.decision_mut();
-        downgrade(decision, PREEXISTING_PREFIX, |v| {
-            before
-                .violations
-                .iter()
-                .any(|old| old.field == v.field && old.reason == v.reason)
-        });
-    }
+    settle(request, evaluation.decision_mut(), |stored| {
+        evaluate(stored)
+            .ok()
+            .map(|mut before| std::mem::take(before.decision_mut()))
+    });
     Ok(evaluation)
-}
-
-/// Moves the violations `matches` picks into the warnings, each after `prefix`; the decision
-/// allows when none is left.
-fn downgrade(decision: &mut Decision, prefix: &str, matches: impl Fn(&Violation) -> bool) {
-    let (moved, kept): (Vec<Violation>, Vec<Violation>) = std::mem::take(&mut decision.violations)
-        .into_iter()
-        .partition(|v| matches(v));
-    decision.warnings.extend(moved.iter().map(|v| {
-        format!(
-            "{prefix}: {}: {}: {}",
-            v.field,
-            reason_words(v.reason),
-            v.message
-        )
-    }));
-    decision.violations = kept;
-    decision.allowed = decision.violations.is_empty();
-}
-
-/// Kubernetes' words for each reason, as `field.ErrorList` prints them (`Duplicate value`).
-pub fn reason_words(reason: Reason) -> &'static str {
-    reason.text()
 }
 
 /// The denial for a request too large for a policy: one violation on the largest part of the
@@ -226,80 +161,49 @@ fn json_len<T: serde::Serialize>(value: &T) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nicpolicy_plugin::{capvcd, testing};
+    use nicpolicy_plugin::lifecycle::{DELETING_PREFIX, PREEXISTING_PREFIX};
+    use nicpolicy_plugin::{capvcd, testing, Operation};
 
     /// The CAPVCD rules natively, as a stand-in for a loaded policy.
     fn native(request: &Request) -> Result<Evaluation, EvalError> {
         Ok(Evaluation::from_decision(capvcd::evaluate(request)))
     }
 
-    fn update(old: &[&str], new: &[&str]) -> Request {
-        let mut request = testing::worker(new);
-        request.operation = Operation::Update;
-        request.old_machine = Some(testing::worker(old).machine);
-        request
-    }
-
     #[test]
-    fn an_update_that_keeps_a_stored_violation_is_allowed_with_a_warning() {
-        let request = update(
-            &["storage-net", "storage-net"],
-            &["storage-net", "storage-net"],
-        );
+    fn an_update_is_settled_against_the_stored_object_evaluated_by_the_same_policy() {
+        let mut request = testing::worker(&["storage-net", "storage-net"]);
+        request.operation = Operation::Update;
+        request.old_machine = Some(request.machine.clone());
         let judged = judge(&request, native).unwrap();
         assert!(judged.decision.allowed, "{:?}", judged.decision);
         assert!(judged.decision.warnings[0].starts_with(PREEXISTING_PREFIX));
-        assert!(judged.decision.warnings[0].contains("spec.extraOvdcNetworks[1]: Duplicate value"));
-    }
-
-    #[test]
-    fn an_update_that_adds_a_violation_is_denied_for_it_alone() {
-        let request = update(
-            &["storage-net", "storage-net"],
-            &["storage-net", "storage-net", "mgmt-net"],
-        );
-        let judged = judge(&request, native).unwrap();
-        let d = judged.decision;
-        assert!(!d.allowed);
-        assert_eq!(
-            testing::violation_fields(&d),
-            [("spec.extraOvdcNetworks[2]", Reason::Duplicate)]
-        );
-        assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
-    }
-
-    #[test]
-    fn a_strict_decision_is_not_ratcheted() {
-        let request = update(
-            &["storage-net", "storage-net"],
-            &["storage-net", "storage-net"],
-        );
-        let strict = |r: &Request| {
-            let mut d = capvcd::evaluate(r);
-            d.strict = true;
-            Ok::<_, EvalError>(Evaluation::from_decision(d))
+        // A baseline that fails: nothing is known to pre-exist.
+        let baseline_fails = |r: &Request| {
+            if r.baseline {
+                Err(EvalError::Trap {
+                    message: "unreachable".into(),
+                })
+            } else {
+                native(r)
+            }
         };
-        assert!(!judge(&request, strict).unwrap().decision.allowed);
+        assert!(!judge(&request, baseline_fails).unwrap().decision.allowed);
     }
 
     #[test]
-    fn an_object_being_deleted_is_never_denied() {
-        let mut request = update(&["storage-net", "storage-net"], &["mgmt-net"]);
+    fn a_deletion_finishes_even_when_the_policy_fails() {
+        let mut request = testing::worker(&["mgmt-net"]);
         request.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
-        let d = judge(&request, native).unwrap().decision;
-        assert!(d.allowed && d.violations.is_empty());
-        assert!(
-            d.warnings[0].starts_with(DELETING_PREFIX),
-            "{:?}",
-            d.warnings
-        );
         let failing = |_: &Request| -> Result<Evaluation, EvalError> {
             Err(EvalError::Trap {
                 message: "unreachable".into(),
             })
         };
         let d = judge(&request, failing).unwrap().decision;
-        assert!(d.allowed && d.warnings[0].contains("unreachable"));
+        assert!(d.allowed && d.warnings[0].starts_with(DELETING_PREFIX));
+        assert!(d.warnings[0].contains("unreachable"));
+        let d = judge(&request, native).unwrap().decision;
+        assert!(d.allowed && d.warnings[0].starts_with(DELETING_PREFIX));
     }
 
     #[test]
@@ -341,25 +245,5 @@ mod tests {
             Err(EvalError::Timeout(std::time::Duration::from_millis(250)))
         };
         assert!(judge(&request, other).is_err());
-    }
-
-    #[test]
-    fn cluster_violations_wait_for_the_cluster() {
-        // A policy that does not read `clusterUnknown` sees an empty cluster.
-        let request = testing::template_without_cluster(&["storage-net", "storage-net"]);
-        let unaware = |r: &Request| {
-            let mut plain = r.clone();
-            plain.cluster_unknown = false;
-            Ok::<_, EvalError>(Evaluation::from_decision(capvcd::evaluate(&plain)))
-        };
-        let d = judge(&request, unaware).unwrap().decision;
-        assert_eq!(
-            testing::violation_fields(&d),
-            [("spec.template.spec.extraOvdcNetworks[1]", Reason::Duplicate)]
-        );
-        assert!(d
-            .warnings
-            .iter()
-            .any(|w| w.starts_with(CLUSTER_UNKNOWN_PREFIX)));
     }
 }

@@ -507,7 +507,7 @@ pub fn build_request(
         .map(String::as_str);
     let cluster = match cluster_file {
         Some(file) => file.cluster(cluster_name)?,
-        None => unknown_cluster(cluster_name.unwrap_or_default(), &machine.namespace),
+        None => Cluster::unknown(cluster_name.unwrap_or_default(), &machine.namespace),
     };
     let old_machine = match old_file {
         Some(file) => {
@@ -542,19 +542,6 @@ pub fn build_request(
         cluster_unknown: cluster_file.is_none(),
         baseline: false,
     })
-}
-
-/// What a request says of a cluster that is not known yet: the name the machine gives (may be
-/// empty) and its namespace, nothing else ([`Request::cluster_unknown`]).
-pub fn unknown_cluster(name: &str, namespace: &str) -> Cluster {
-    Cluster {
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        ovdc: String::new(),
-        ovdc_network: String::new(),
-        zone_topology: None,
-        zones: Vec::new(),
-    }
 }
 
 #[cfg(test)]

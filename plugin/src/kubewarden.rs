@@ -16,7 +16,10 @@
 //! `validate` reads the VCDMachine or VCDMachineTemplate with the same code as
 //! `nicpolicy serve` ([`objects`](crate::objects)), finds its Cluster and VCDCluster through
 //! Kubewarden's `kubernetes/get_resource` capability (label or owner Cluster, then
-//! `spec.infrastructureRef`), runs the policy, and answers:
+//! `spec.infrastructureRef`), runs the policy, applies the lifecycle rules (`lifecycle`)
+//! as nicpolicy's host would (a machine whose cluster cannot be found is checked without it;
+//! an object being deleted is never denied; an UPDATE is denied only for what it changes), and
+//! answers:
 //!
 //! - denied: rejected with code 422 and a message that names every violation, one per line,
 //!   as `field: Reason: message` (Kubewarden carries no field causes);

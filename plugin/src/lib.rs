@@ -11,6 +11,8 @@
 //! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
 //!   plan annotation);
 //! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests;
+//! - `lifecycle` (feature `lifecycle`): the rules every host applies around a decision so that
+//!   no answer blocks a cluster's lifecycle (deletions, unknown clusters, ratcheted updates);
 //! - `objects` (feature `objects`): Kubernetes objects mapped to the schema, and the steps from
 //!   a machine to its VCDCluster;
 //! - `kubewarden` (feature `objects`; its waPC exports with feature `kubewarden`): the
@@ -39,6 +41,8 @@ pub mod guest;
 pub mod js;
 #[cfg(feature = "objects")]
 pub mod kubewarden;
+#[cfg(feature = "lifecycle")]
+pub mod lifecycle;
 pub mod mutation;
 #[cfg(feature = "objects")]
 pub mod objects;

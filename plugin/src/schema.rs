@@ -275,6 +275,19 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// What a request says of a cluster that is not known yet: the name the machine gives (may
+    /// be empty) and its namespace, nothing else ([`Request::cluster_unknown`]).
+    pub fn unknown(name: &str, namespace: &str) -> Cluster {
+        Cluster {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ovdc: String::new(),
+            ovdc_network: String::new(),
+            zone_topology: None,
+            zones: Vec::new(),
+        }
+    }
+
     /// A cluster is multi-zone when it lists zones.
     pub fn is_multi_zone(&self) -> bool {
         !self.zones.is_empty()

@@ -9,6 +9,7 @@ use std::time::Duration;
 use json_patch::Patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::DynamicObject;
+use nicpolicy_plugin::lifecycle::unknown_cluster_warning;
 use nicpolicy_plugin::{
     Cluster, Decision, Machine, ObjectKind, Operation as PolicyOperation, Request,
 };
@@ -233,7 +234,7 @@ impl Reviewer {
                     warnings.push(warning);
                     let name = cluster_name_of(&objects.object).unwrap_or_default();
                     let namespace = &objects.machine.namespace;
-                    (crate::manifest::unknown_cluster(&name, namespace), true)
+                    (Cluster::unknown(&name, namespace), true)
                 }
             };
         let policy = Request {
@@ -417,18 +418,14 @@ impl Reviewer {
     /// was left unchecked, and whether the namespace's only VCDCluster was used (it is not:
     /// nothing ties the machine to it yet).
     fn unknown_cluster_warning(&self, display: &str, namespace: &str, err: &LookupError) -> String {
-        let lone = match self.clusters.vcd_clusters_in(namespace).as_slice() {
-            [one] => format!(
+        let mut warning = unknown_cluster_warning(display, err);
+        if let [one] = self.clusters.vcd_clusters_in(namespace).as_slice() {
+            warning.push_str(&format!(
                 " VCDCluster {one} is the only one in namespace {namespace} but was not used: \
                  nothing ties this object to it yet."
-            ),
-            _ => String::new(),
-        };
-        format!(
-            "nicpolicy: {display} was checked without its cluster ({err}): the rules that need \
-             the VCDCluster (NIC 0, the primary network listed again, zones) run when a \
-             VCDMachine is created with its cluster.x-k8s.io/cluster-name label.{lone}"
-        )
+            ));
+        }
+        warning
     }
 
     fn evaluate(&self, job: Job) -> Answer {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use wapc_guest::CallResult;
 
 use super::{denial_message, Policy, Settings, CLUSTER_API_VERSION, VCD_CLUSTER_API_VERSION};
+use crate::lifecycle;
 use crate::mutation::{self, NicPlan};
 use crate::objects::{self, CAPVCD_GROUP};
 use crate::schema::{Cluster, ObjectKind, Operation, Request};
@@ -161,14 +162,23 @@ fn decide(
         machine.namespace,
         machine.name
     );
-    let cluster = match objects::cluster_name_of(&request.object)
+    // A machine whose cluster cannot be found (none named, or not found, or unreadable) is
+    // checked without it, as `nicpolicy serve` does with `onUnknownCluster: CheckWithoutCluster`:
+    // the rules that need only the machine still apply, the cluster's wait for the cluster.
+    let mut warnings = Vec::new();
+    let (cluster, cluster_unknown) = match objects::cluster_name_of(&request.object)
         .ok_or_else(|| objects::unnamed_cluster(object_kind))
         .and_then(|name| find_cluster(&machine.namespace, &name))
     {
-        Ok(cluster) => cluster,
-        Err(why) => return unknown_cluster(&display, &why),
+        Ok(cluster) => (cluster, false),
+        Err(why) => {
+            warnings.push(lifecycle::unknown_cluster_warning(&display, &why));
+            let name = objects::cluster_name_of(&request.object).unwrap_or_default();
+            (Cluster::unknown(&name, &machine.namespace), true)
+        }
     };
     let name = machine.name.clone();
+    let deleting = machine.is_deleting();
     let request_for_policy = Request {
         operation,
         kind: object_kind,
@@ -177,45 +187,39 @@ fn decide(
         cluster,
         inventory: settings.inventory.clone(),
         settings: settings.policy.clone(),
-        cluster_unknown: false,
+        cluster_unknown,
         baseline: false,
     };
-    let decision = (policy.evaluate)(&request_for_policy);
+    // Deletions, unknown clusters and ratcheted updates, as nicpolicy's host judges them.
+    let mut decision = (policy.evaluate)(&request_for_policy);
+    lifecycle::settle(&request_for_policy, &mut decision, |stored| {
+        Some((policy.evaluate)(stored))
+    });
+    warnings.extend(std::mem::take(&mut decision.warnings));
     if !decision.allowed {
         return answer(
             false,
             Some(denial_message(object_kind, &name, &decision)),
             Some(422),
             None,
-            decision.warnings,
+            warnings,
         );
     }
-    let mutated = if settings.mutating {
+    // Defaulting an object being deleted helps nobody; without the cluster NIC 0 is unknown, so
+    // there is no plan to write yet.
+    let mutated = if settings.mutating && !deleting {
         let plan = NicPlan {
             policy: policy.name,
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
         };
+        let plan = (!cluster_unknown).then_some(&plan);
         let mut object = request.object.clone();
-        mutation::apply(object_kind, &mut object, &decision, Some(&plan)).then_some(object)
+        mutation::apply(object_kind, &mut object, &decision, plan).then_some(object)
     } else {
         None
     };
-    answer(true, None, None, mutated, decision.warnings)
-}
-
-/// A machine whose cluster cannot be found is admitted with a warning that says why, so a
-/// cluster being built (or torn down) is never blocked by a lookup it cannot fix.
-fn unknown_cluster(display: &str, why: &str) -> CallResult {
-    answer(
-        true,
-        None,
-        None,
-        None,
-        vec![format!(
-            "nicpolicy: networks not checked: cannot check the networks of {display}: {why}"
-        )],
-    )
+    answer(true, None, None, mutated, warnings)
 }
 
 /// What `kubernetes/get_resource` takes (Kubewarden's `GetResourceRequest`).

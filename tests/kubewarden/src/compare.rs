@@ -2,7 +2,10 @@
 //! (the Kubewarden build), compared on what each host's users see.
 //!
 //! - settings: both accept them, or both refuse them with the same reason;
-//! - allowed or denied: the same;
+//! - allowed or denied: the same, nicpolicy's decision judged by its lifecycle rules
+//!   ([`nicpolicy::lifecycle::judge`]) as its webhook judges a review: objects being deleted,
+//!   ratcheted UPDATEs, machines whose cluster is not known (checked without it, with the
+//!   warning `onUnknownCluster: CheckWithoutCluster` gives first);
 //! - denied: code 422, and every violation on a line of its own as
 //!   `field: Reason: message`, so each field path is in the message;
 //! - warnings: the same, in order;
@@ -10,9 +13,11 @@
 //!   Kubewarden sends) equals the difference nicpolicy's webhook patch makes.
 
 use nicpolicy::cases::Case;
+use nicpolicy::lifecycle::judge;
 use nicpolicy::webhook::patch::{patch_operations, NicPlan};
 use nicpolicy::LoadError;
 use nicpolicy_plugin::kubewarden::{INVENTORY_KEY, MUTATING_KEY};
+use nicpolicy_plugin::lifecycle::unknown_cluster_warning;
 use nicpolicy_plugin::objects::{cluster_name_of, infrastructure_ref};
 use nicpolicy_plugin::schema::CLUSTER_NAME_LABEL;
 use serde_json::{json, Map, Value};
@@ -26,8 +31,9 @@ pub enum Compared {
     Decided,
     /// Both hosts refused the settings with the same reason.
     SettingsRefused,
-    /// The case expects a host failure (timeouts, traps), which only nicpolicy's host reports.
-    NotComparable,
+    /// The case is about nicpolicy's own host: it expects a host failure (timeouts, traps) or
+    /// sets the host's input cap (`maxInputBytes`); policy-server has limits of its own.
+    HostOnly,
 }
 
 /// The namespace the API server gives an object created without one.
@@ -76,8 +82,22 @@ pub fn settings(case: &Case, mutating: bool) -> Value {
 /// VCDCluster (nicpolicy's offline commands pick that one). The API server path needs the
 /// label, so such a machine gets the label of the cluster the case means; nothing the policy
 /// reads changes. A cluster file without a Cluster object gets one whose infrastructureRef
-/// names its VCDCluster, as clusterctl generates them.
+/// names its VCDCluster, as clusterctl generates them. A case without a cluster file is about a
+/// machine whose cluster is not known yet: its objects are sent as they are, and there is no
+/// cluster to find.
 pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
+    if case.request.cluster_unknown {
+        let namespace = namespace_of(&case.objects.machine)
+            .unwrap_or(DEFAULT_NAMESPACE)
+            .to_string();
+        let machine = with_namespace(case.objects.machine.clone(), &namespace);
+        let old = case
+            .objects
+            .old
+            .as_ref()
+            .map(|old| with_namespace(old.clone(), &namespace));
+        return (machine, old, Cluster::default());
+    }
     let vcd_name = &case.request.cluster.name;
     // Objects without a namespace are in the machine's (or, failing that, the VCDCluster's).
     let vcd_namespace = case.objects.cluster.iter().find_map(|object| {
@@ -162,8 +182,8 @@ pub fn compare(
     policy: &nicpolicy::Policy,
     kubewarden: &PolicyServer,
 ) -> Result<Compared, Vec<String>> {
-    if case.expect.error.is_some() {
-        return Ok(Compared::NotComparable);
+    if case.expect.error.is_some() || case.max_input_bytes.is_some() {
+        return Ok(Compared::HostOnly);
     }
     let kw_settings = settings(case, true);
     let verdict = kubewarden
@@ -190,10 +210,10 @@ pub fn compare(
             verdict.message
         )]);
     }
-    let decision = policy
-        .evaluate(&case.request)
+    let decision = judge(&case.request, |request| policy.evaluate(request))
         .map_err(|err| vec![format!("nicpolicy failed: {err}")])?
         .decision;
+    let unknown = case.request.cluster_unknown;
 
     let (request, cluster) = request(case);
     let machine = request["object"].clone();
@@ -203,9 +223,17 @@ pub fn compare(
 
     let mut mismatches = Vec::new();
     let lookups: Vec<&str> = calls.iter().map(|c| c.operation.as_str()).collect();
-    if lookups != ["kubewarden/kubernetes/get_resource"; 2] {
+    let all_get_resource = lookups
+        .iter()
+        .all(|op| *op == "kubewarden/kubernetes/get_resource");
+    if !all_get_resource || (lookups.len() == 2) == unknown {
         mismatches.push(format!(
-            "expected two get_resource calls (Cluster, VCDCluster), got {lookups:?}"
+            "expected {} get_resource calls, got {lookups:?}",
+            if unknown {
+                "fewer than two (the cluster is not there)"
+            } else {
+                "two (Cluster, VCDCluster)"
+            }
         ));
     }
     if response.accepted != decision.allowed {
@@ -214,7 +242,28 @@ pub fn compare(
             decision.allowed, response.accepted, response.message
         ));
     }
-    let warnings = response.warnings.clone().unwrap_or_default();
+    let mut warnings = response.warnings.clone().unwrap_or_default();
+    if unknown {
+        // First the warning of a machine checked without its cluster, as the webhook gives it;
+        // why the cluster is unknown is worded by each host's lookup.
+        let display = format!(
+            "{} {}/{}",
+            case.request.kind.as_str(),
+            case.request.machine.namespace,
+            case.request.machine.name
+        );
+        const WHY: &str = "\u{0}";
+        let expected = unknown_cluster_warning(&display, &WHY);
+        let (head, tail) = expected.split_once(WHY).unwrap_or_default();
+        match warnings.first() {
+            Some(first) if first.starts_with(head) && first.ends_with(tail) => {
+                warnings.remove(0);
+            }
+            other => mismatches.push(format!(
+                "expected the unknown-cluster warning first ({head}...), got {other:?}"
+            )),
+        }
+    }
     if warnings != decision.warnings {
         mismatches.push(format!(
             "warnings differ: nicpolicy {:?}, Kubewarden {warnings:?}",
@@ -251,7 +300,14 @@ pub fn compare(
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
         };
-        let operations = patch_operations(case.request.kind, &machine, &decision, Some(&plan));
+        // As the webhook's mutating endpoint: an object being deleted is left alone, and
+        // without the cluster there is no NIC plan to write.
+        let operations = if case.request.machine.is_deleting() {
+            Vec::new()
+        } else {
+            let plan = (!unknown).then_some(&plan);
+            patch_operations(case.request.kind, &machine, &decision, plan)
+        };
         let mut patched = machine.clone();
         if let Err(err) = json_patch::patch(&mut patched, &operations) {
             mismatches.push(format!("nicpolicy's patch does not apply: {err}"));
