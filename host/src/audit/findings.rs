@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
-use crate::chain::PolicyChain;
+use crate::chain::{ChainEvaluation, PolicyChain};
 use crate::webhook::clusters::ClusterGroup;
 
 /// What a machine came to.
@@ -125,11 +125,17 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
     };
     let current = chain.evaluate(&request);
     finding.elapsed = current.as_ref().map(|e| e.elapsed).unwrap_or_default();
-    let current = current.map(|e| e.decision).map_err(|e| e.to_string());
+    // Warn-mode policies' violations are reported too: the audit shows what is wrong, whatever
+    // the webhook does about it.
+    let current = current
+        .and_then(ChainEvaluation::audited)
+        .map_err(|e| e.to_string());
     if let Some(candidate) = candidate.and_then(|c| c.chain(request.kind)) {
         let proposed = candidate.evaluate(&request);
         finding.elapsed += proposed.as_ref().map(|e| e.elapsed).unwrap_or_default();
-        let proposed = proposed.map(|e| e.decision).map_err(|e| e.to_string());
+        let proposed = proposed
+            .and_then(ChainEvaluation::audited)
+            .map_err(|e| e.to_string());
         finding.shadow = Some(compare(&current, proposed));
     }
     match current {
