@@ -60,6 +60,10 @@ impl fmt::Display for Mode {
 /// Starts the admission warning for a violation a warn-mode policy found: enforced, the object
 /// would have been denied for it. Followed by `: FIELD: REASON: [POLICY] MESSAGE`.
 pub const WOULD_DENY_PREFIX: &str = "nicpolicy (mode: warn): would be denied";
+/// Starts each of a warn-mode policy's own warnings, which may describe what it would have
+/// done (`set to the worker defaults`) or how enforcing it would be judged (`pre-existing
+/// violation, not enforced on this update`).
+pub const IF_ENFORCED_PREFIX: &str = "nicpolicy (mode: warn), if enforced";
 /// Starts the admission warning for a change a warn-mode policy would have made.
 pub const NOT_APPLIED_PREFIX: &str = "nicpolicy (mode: warn): not applied";
 /// Starts the admission warning for a warn-mode policy that failed on the object.

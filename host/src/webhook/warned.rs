@@ -7,7 +7,9 @@ use nicpolicy_plugin::ObjectKind;
 use super::metrics::{Metrics, WarnedLabels};
 use crate::chain::ChainEvaluation;
 use crate::lifecycle::reason_words;
-use crate::mode::{Mode, NOT_APPLIED_PREFIX, NOT_CHECKED_PREFIX, WOULD_DENY_PREFIX};
+use crate::mode::{
+    Mode, IF_ENFORCED_PREFIX, NOT_APPLIED_PREFIX, NOT_CHECKED_PREFIX, WOULD_DENY_PREFIX,
+};
 
 /// Counts and logs the warn-mode policies that failed on `machine`: they denied nothing, and
 /// the policies after them ran.
@@ -20,7 +22,8 @@ pub(super) fn count_failures(evaluation: &ChainEvaluation, metrics: &Metrics, ma
     }
 }
 
-/// The validating endpoint's warnings about the warn-mode policies: their own warnings, one
+/// The validating endpoint's warnings about the warn-mode policies: their own warnings (after
+/// [`IF_ENFORCED_PREFIX`]), one
 /// for each violation (counted in `nicpolicy_warned_violations_total` and logged at info) and
 /// one for each failure.
 pub(super) fn validation_warnings(
@@ -41,7 +44,12 @@ pub(super) fn validation_warnings(
                 continue;
             }
         };
-        warnings.extend(decision.warnings.iter().cloned());
+        warnings.extend(
+            decision
+                .warnings
+                .iter()
+                .map(|w| format!("{IF_ENFORCED_PREFIX}: {w}")),
+        );
         if decision.violations.is_empty() {
             continue;
         }
