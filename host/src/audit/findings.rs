@@ -167,3 +167,59 @@ pub fn evaluate_all(
         .map(|subject| evaluate(subject, chains, candidate))
         .collect()
 }
+
+#[cfg(all(test, feature = "builtin"))]
+mod tests {
+    use std::path::Path;
+
+    use nicpolicy_plugin::{testing, Reason};
+
+    use super::*;
+    use crate::mode::AUDIT_PREFIX;
+    use crate::webhook::{ServeConfig, Served};
+    use crate::{Host, HostConfig};
+
+    #[test]
+    fn warn_mode_violations_are_reported_and_marked() {
+        // A configuration as `nicpolicy controller` loads it: a stricter CAPVCD in warn mode in
+        // front of the enforced one.
+        let config = ServeConfig::parse(
+            Path::new("/etc/nicpolicy/nicpolicy.yaml"),
+            "policies:\n  VCDMachine:\n    - {builtin: capvcd, mode: warn, settings: {maxNics: 2}}\n    - {builtin: capvcd}\n",
+        )
+        .expect("valid");
+        let host = Host::new(HostConfig {
+            cache_dir: None,
+            ..HostConfig::default()
+        })
+        .expect("engine starts");
+        let served = Served::load(&host, config, 1).expect("loads");
+        let chain = &served.chains[&ObjectKind::VcdMachine];
+        let subject = Subject {
+            object: ObjectId {
+                kind: "VCDMachine".into(),
+                namespace: "prod-eu1".into(),
+                name: "prod-eu1-md-0-x7k2p".into(),
+                source: None,
+                uid: None,
+            },
+            group: None,
+            input: Ok(testing::worker(&["storage-net", "workload-net"])),
+        };
+        let finding = evaluate(subject, chain, None);
+        assert_eq!(finding.result, Verdict::Denied, "{finding:?}");
+        let decision = finding.decision.expect("decided");
+        assert_eq!(
+            testing::violation_fields(&decision),
+            [("spec.extraOvdcNetworks", Reason::TooMany)]
+        );
+        assert!(
+            decision.violations[0]
+                .message
+                .starts_with(&format!("{AUDIT_PREFIX}: [nicpolicy-capvcd] ")),
+            "{decision:?}"
+        );
+        // The plan is the enforced policy's.
+        assert_eq!(decision.nics.len(), 3);
+    }
+}
