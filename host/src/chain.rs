@@ -441,6 +441,26 @@ mod tests {
             .expect("test module loads")
     }
 
+    /// Denies listing workload-net second, and warns.
+    fn dmz_guard() -> Policy {
+        module(
+            "dmz-guard",
+            Ends::Returning(
+                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}],"warnings":["ext-dmz-net is being retired"]}"#,
+            ),
+        )
+    }
+
+    /// Allows, writing backup-net after the example's extra networks.
+    fn backup_defaults() -> Policy {
+        module(
+            "backup-defaults",
+            Ends::Returning(
+                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
+            ),
+        )
+    }
+
     /// The example worker: NIC 0 on mgmt-net, extras storage-net and workload-net.
     fn request() -> Request {
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -478,12 +498,7 @@ mod tests {
 
     #[test]
     fn later_policies_see_the_rewritten_extra_networks() {
-        let defaulting = module(
-            "backup-defaults",
-            Ends::Returning(
-                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
-            ),
-        );
+        let defaulting = backup_defaults();
         let observer = module("observer", Ends::Returning(r#"{"allowed":true}"#));
         let chain = PolicyChain::new(defaulting).then(observer).then(capvcd());
         assert_eq!(
@@ -534,12 +549,7 @@ mod tests {
 
     #[test]
     fn violations_and_warnings_of_every_policy_are_attributed() {
-        let dmz = module(
-            "dmz-guard",
-            Ends::Returning(
-                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}],"warnings":["ext-dmz-net is being retired"]}"#,
-            ),
-        );
+        let dmz = dmz_guard();
         // CAPVCD with maxNics 2 denies the example's three NICs.
         let capvcd = capvcd()
             .with_settings(json!({"maxNics": 2}))
@@ -631,18 +641,8 @@ mod tests {
 
     #[test]
     fn warn_mode_entries_change_nothing_and_their_failures_stop_nothing() {
-        let defaulting = module(
-            "backup-defaults",
-            Ends::Returning(
-                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
-            ),
-        );
-        let dmz = module(
-            "dmz-guard",
-            Ends::Returning(
-                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}]}"#,
-            ),
-        );
+        let defaulting = backup_defaults();
+        let dmz = dmz_guard();
         let chain = PolicyChain::new(defaulting)
             .then(dmz)
             .then(module("broken-site-rules", Ends::Trapping))
@@ -686,12 +686,7 @@ mod tests {
             ("broken-site-rules", 2, 4)
         );
         let audited = PolicyChain::new(capvcd())
-            .then(module(
-                "dmz-guard",
-                Ends::Returning(
-                    r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}]}"#,
-                ),
-            ))
+            .then(dmz_guard())
             .with_mode(1, Mode::Warn)
             .evaluate(&request())
             .expect("evaluates")

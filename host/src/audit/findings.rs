@@ -196,13 +196,7 @@ mod tests {
         let served = Served::load(&host, config, 1).expect("loads");
         let chain = &served.chains[&ObjectKind::VcdMachine];
         let subject = Subject {
-            object: ObjectId {
-                kind: "VCDMachine".into(),
-                namespace: "prod-eu1".into(),
-                name: "prod-eu1-md-0-x7k2p".into(),
-                source: None,
-                uid: None,
-            },
+            object: ObjectId::worker_for_tests("prod-eu1-md-0-x7k2p"),
             group: None,
             input: Ok(testing::worker(&["storage-net", "workload-net"])),
         };
