@@ -217,9 +217,21 @@ impl PolicyChain {
 
     /// The policies' names in order, joined by ` -> `.
     pub fn name(&self) -> String {
+        self.names(|_| true)
+    }
+
+    /// The enforced policies' names in order, joined by ` -> `: the chain whose changes are
+    /// applied (the NIC plan annotation names it).
+    pub fn enforced_name(&self) -> String {
+        self.names(|mode| mode == Mode::Enforce)
+    }
+
+    fn names(&self, keep: impl Fn(Mode) -> bool) -> String {
         self.policies
             .iter()
-            .map(Policy::name)
+            .zip(&self.modes)
+            .filter(|(_, &mode)| keep(mode))
+            .map(|(policy, _)| policy.name())
             .collect::<Vec<_>>()
             .join(" -> ")
     }
@@ -654,6 +666,7 @@ mod tests {
             chain.modes(),
             [Mode::Warn, Mode::Warn, Mode::Warn, Mode::Enforce]
         );
+        assert_eq!(chain.enforced_name(), "nicpolicy-capvcd");
         let result = chain.evaluate(&request()).expect("the trap stops nothing");
         // CAPVCD, enforced, saw and planned the list as written: the defaults were not applied.
         assert!(result.decision.allowed && result.decision.violations.is_empty());

@@ -1190,6 +1190,13 @@ fn warn_mode_policies_warn_and_change_nothing_while_enforced_ones_deny() {
         "{patched}"
     );
     assert_eq!(plan_networks(&patched), ["mgmt-net"]);
+    let plan = patched["metadata"]["annotations"][nicpolicy::webhook::NIC_PLAN_ANNOTATION]
+        .as_str()
+        .expect("NIC plan annotation");
+    assert!(
+        plan.starts_with(r#"{"policy":"nicpolicy-capvcd","#),
+        "named after the enforced policy alone: {plan}"
+    );
     let said = warnings(&response);
     assert!(
         said.contains(&"nicpolicy (mode: warn): not applied: [nicpolicy-role-based] would set spec.extraOvdcNetworks to [storage-net, workload-net]".to_string()),

@@ -482,7 +482,7 @@ impl Reviewer {
         }
         match job.endpoint {
             Endpoint::Validate => self.validated(&job, &evaluation),
-            Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.name()),
+            Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.enforced_name()),
         }
     }
 
