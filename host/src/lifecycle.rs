@@ -14,11 +14,16 @@
 //!   lists more extra networks than a VM can have NICs, denies, naming the largest part of the
 //!   machine, whatever the webhook's `onPolicyFailure` says; fail-open is only for faults of
 //!   the policy or host.
+//! - **The stored object is judged by the same policies** for a ratcheted UPDATE.
+//!
+//! The warn-mode entries of a chain ([`crate::mode`]) are judged by the same rules, each on its
+//! own, so what is left of their violations is exactly what enforcing them would deny; a
+//! request-caused failure of theirs becomes such a would-be denial.
 
-use nicpolicy_plugin::lifecycle::{deleting_failure, settle};
+use nicpolicy_plugin::lifecycle::{adjust, deleting_failure, keep_new};
 use nicpolicy_plugin::{Decision, Reason, Request, Violation};
 
-use crate::chain::{ChainError, ChainEvaluation};
+use crate::chain::{ChainError, ChainEvaluation, Warned};
 use crate::error::EvalError;
 use crate::policy::Evaluation;
 
@@ -28,6 +33,10 @@ pub trait Judged: Sized {
     fn decision_mut(&mut self) -> &mut Decision;
     /// An evaluation standing for `decision`, made by the host rather than a policy.
     fn from_decision(decision: Decision) -> Self;
+    /// The results of warn-mode policies, judged as if enforced (none outside a chain).
+    fn warned_mut(&mut self) -> &mut [Warned] {
+        &mut []
+    }
 }
 
 impl Judged for Evaluation {
@@ -52,10 +61,15 @@ impl Judged for ChainEvaluation {
     fn from_decision(decision: Decision) -> Self {
         ChainEvaluation {
             decision,
+            warned: Vec::new(),
             logs: Vec::new(),
             steps: Vec::new(),
             elapsed: std::time::Duration::ZERO,
         }
+    }
+
+    fn warned_mut(&mut self) -> &mut [Warned] {
+        &mut self.warned
     }
 }
 
@@ -77,9 +91,9 @@ impl Failure for ChainError {
     }
 }
 
-/// Evaluates `request` with `evaluate` and applies the lifecycle rules: the host's (see the
-/// [module documentation](self)) and [`settle`]'s. `Err` only for a failure of the policy or
-/// host on an object that is not being deleted.
+/// Evaluates `request` with `evaluate` and applies the rules of this module (see the
+/// [module documentation](self)). `Err` only for a failure of the policy or host on an object
+/// that is not being deleted.
 ///
 /// # Errors
 /// The error of `evaluate`, unless the request caused it or the object is being deleted.
@@ -87,24 +101,73 @@ pub fn judge<T: Judged, E: Failure>(
     request: &Request,
     evaluate: impl Fn(&Request) -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut evaluation = match evaluate(request) {
-        Ok(evaluation) => evaluation,
-        Err(failure) if request.machine.is_deleting() => {
-            return Ok(T::from_decision(deleting_failure(&failure)))
+    let mut evaluation = settle(request, evaluate(request))?;
+    let mut ratchet = adjust(request, evaluation.decision_mut());
+    for warned in evaluation.warned_mut() {
+        if let Some(mut decision) = warned
+            .evaluation
+            .as_ref()
+            .err()
+            .and_then(|error| answered(request, error))
+        {
+            // Named like the warn-mode policy's own messages (see `crate::chain`).
+            let label = |text: &mut String| *text = format!("[{}] {text}", warned.policy);
+            decision
+                .violations
+                .iter_mut()
+                .for_each(|v| label(&mut v.message));
+            decision.warnings.iter_mut().for_each(label);
+            warned.evaluation = Ok(Evaluation::from_decision(decision));
         }
-        Err(failure) if caused_by_request(request, failure.eval_error()) => {
-            tracing::info!(error = %failure, "request too large for the policy: denied");
-            return Ok(T::from_decision(request_fault_denial(request, &failure)));
+        if let Ok(theirs) = &mut warned.evaluation {
+            ratchet |= adjust(request, &mut theirs.decision);
         }
-        Err(failure) => return Err(failure),
+    }
+    if !ratchet {
+        return Ok(evaluation);
+    }
+    let Some(stored) = request.baseline_request() else {
+        return Ok(evaluation);
     };
     // The stored object is judged the same way; if that fails, nothing is known to pre-exist.
-    settle(request, evaluation.decision_mut(), |stored| {
-        evaluate(stored)
-            .ok()
-            .map(|mut before| std::mem::take(before.decision_mut()))
-    });
+    let Ok(mut before) = evaluate(&stored) else {
+        return Ok(evaluation);
+    };
+    keep_new(evaluation.decision_mut(), before.decision_mut());
+    let earlier = before.warned_mut();
+    for warned in evaluation.warned_mut() {
+        let old = earlier.iter().find(|w| w.index == warned.index);
+        if let (Ok(now), Some(Ok(old))) = (&mut warned.evaluation, old.map(|w| &w.evaluation)) {
+            keep_new(&mut now.decision, &old.decision);
+        }
+    }
     Ok(evaluation)
+}
+
+/// The result of an evaluation once a failure the host answers itself is answered; `Err` is
+/// left only for a failure of the policy or host.
+fn settle<T: Judged, E: Failure>(request: &Request, result: Result<T, E>) -> Result<T, E> {
+    match result {
+        Err(failure) => match answered(request, &failure) {
+            Some(decision) => Ok(T::from_decision(decision)),
+            None => Err(failure),
+        },
+        ok => ok,
+    }
+}
+
+/// The decision standing for `failure` when it is not the policy's or host's fault to report:
+/// on an object being deleted an allow with a warning, for a failure the request caused a
+/// denial.
+fn answered(request: &Request, failure: &dyn Failure) -> Option<Decision> {
+    if request.machine.is_deleting() {
+        return Some(deleting_failure(&failure));
+    }
+    if caused_by_request(request, failure.eval_error()) {
+        tracing::info!(error = %failure, "request too large for the policy: judged a denial");
+        return Some(request_fault_denial(request, failure));
+    }
+    None
 }
 
 /// The denial for a request too large for a policy: one violation on the largest part of the
@@ -169,14 +232,23 @@ mod tests {
         Ok(Evaluation::from_decision(capvcd::evaluate(request)))
     }
 
-    #[test]
-    fn an_update_is_settled_against_the_stored_object_evaluated_by_the_same_policy() {
-        let mut request = testing::worker(&["storage-net", "storage-net"]);
+    fn update(old: &[&str], new: &[&str]) -> Request {
+        let mut request = testing::worker(new);
         request.operation = Operation::Update;
-        request.old_machine = Some(request.machine.clone());
+        request.old_machine = Some(testing::worker(old).machine);
+        request
+    }
+
+    #[test]
+    fn an_update_that_keeps_a_stored_violation_is_allowed_with_a_warning() {
+        let request = update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "storage-net"],
+        );
         let judged = judge(&request, native).unwrap();
         assert!(judged.decision.allowed, "{:?}", judged.decision);
         assert!(judged.decision.warnings[0].starts_with(PREEXISTING_PREFIX));
+        assert!(judged.decision.warnings[0].contains("spec.extraOvdcNetworks[1]: Duplicate value"));
         // A baseline that fails: nothing is known to pre-exist.
         let baseline_fails = |r: &Request| {
             if r.baseline {
@@ -191,19 +263,23 @@ mod tests {
     }
 
     #[test]
-    fn a_deletion_finishes_even_when_the_policy_fails() {
-        let mut request = testing::worker(&["mgmt-net"]);
+    fn an_object_being_deleted_is_never_denied() {
+        let mut request = update(&["storage-net", "storage-net"], &["mgmt-net"]);
         request.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
+        let d = judge(&request, native).unwrap().decision;
+        assert!(d.allowed && d.violations.is_empty());
+        assert!(
+            d.warnings[0].starts_with(DELETING_PREFIX),
+            "{:?}",
+            d.warnings
+        );
         let failing = |_: &Request| -> Result<Evaluation, EvalError> {
             Err(EvalError::Trap {
                 message: "unreachable".into(),
             })
         };
         let d = judge(&request, failing).unwrap().decision;
-        assert!(d.allowed && d.warnings[0].starts_with(DELETING_PREFIX));
-        assert!(d.warnings[0].contains("unreachable"));
-        let d = judge(&request, native).unwrap().decision;
-        assert!(d.allowed && d.warnings[0].starts_with(DELETING_PREFIX));
+        assert!(d.allowed && d.warnings[0].contains("unreachable"));
     }
 
     #[test]
@@ -245,5 +321,76 @@ mod tests {
             Err(EvalError::Timeout(std::time::Duration::from_millis(250)))
         };
         assert!(judge(&request, other).is_err());
+    }
+
+    /// A chain whose one policy, the CAPVCD rules, is in warn mode; `fails` makes it fail with
+    /// an input over its cap instead.
+    fn warn_mode_chain(fails: bool) -> impl Fn(&Request) -> Result<ChainEvaluation, ChainError> {
+        move |request: &Request| {
+            let evaluation = if fails {
+                Err(EvalError::InputTooLarge {
+                    size: 5000,
+                    limit: 2048,
+                })
+            } else {
+                native(request)
+            };
+            let mut chain = ChainEvaluation::from_decision(Decision {
+                allowed: true,
+                ..Decision::default()
+            });
+            chain.warned.push(Warned {
+                policy: "site-rules".into(),
+                index: 0,
+                evaluation,
+                would_write: None,
+            });
+            Ok(chain)
+        }
+    }
+
+    fn warned_decision(judged: &ChainEvaluation) -> &Decision {
+        &judged.warned[0]
+            .evaluation
+            .as_ref()
+            .expect("judged")
+            .decision
+    }
+
+    #[test]
+    fn warn_mode_policies_are_judged_as_if_enforced() {
+        // A stored violation kept by an UPDATE: enforcing would not deny it, so no would-be
+        // denial either.
+        let request = update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "storage-net", "mgmt-net"],
+        );
+        let judged = judge(&request, warn_mode_chain(false)).unwrap();
+        assert!(judged.decision.allowed);
+        let theirs = warned_decision(&judged);
+        assert_eq!(
+            testing::violation_fields(theirs),
+            [("spec.extraOvdcNetworks[2]", Reason::Duplicate)]
+        );
+        assert!(theirs.warnings[0].starts_with(PREEXISTING_PREFIX));
+
+        // Being deleted: nothing would be denied.
+        let mut deleting = request.clone();
+        deleting.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
+        let judged = judge(&deleting, warn_mode_chain(false)).unwrap();
+        assert!(warned_decision(&judged).allowed);
+
+        // A request too large for the warn-mode policy: a would-be denial named after it,
+        // while the chain's own decision still allows.
+        let judged = judge(&testing::worker(&["storage-net"]), warn_mode_chain(true)).unwrap();
+        assert!(judged.decision.allowed);
+        let theirs = warned_decision(&judged);
+        assert!(!theirs.allowed);
+        assert!(
+            theirs.violations[0]
+                .message
+                .starts_with("[site-rules] the request is too large"),
+            "{theirs:?}"
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! Every host that answers admission applies them around the policy, so a policy (a site
 //! policy included) does not have to: `nicpolicy`'s host (the webhook, `nicpolicy eval`, the
 //! case runner) and the Kubewarden build's waPC glue, which runs where no nicpolicy host is.
-//! [`settle`] is the one place they are written:
+//! They are written here alone: [`adjust`] and [`keep_new`] (which nicpolicy's host also applies
+//! to each warn-mode policy of a chain), and [`settle`], both on one decision:
 //!
 //! 1. **An object being deleted is never denied.** When the machine has
 //!    `metadata.deletionTimestamp` (CAPVCD removing its finalizer), violations become warnings.
@@ -34,7 +35,8 @@ pub const DELETING_PREFIX: &str = "not enforced, the object is being deleted";
 pub const CLUSTER_UNKNOWN_PREFIX: &str = "not enforced until the machine's cluster is known";
 
 /// Applies the rules of this module (see the [module documentation](self)) to `decision`, the
-/// policy's decision on `request`.
+/// policy's decision on `request`: [`adjust`], then, for an UPDATE that still denies,
+/// [`keep_new`] against the stored object's decision.
 ///
 /// `judge_stored` decides the stored object's baseline request; it is called at most once, only
 /// for an UPDATE the decision still denies. `None` (its evaluation failed) means nothing is
@@ -44,27 +46,42 @@ pub fn settle(
     decision: &mut Decision,
     judge_stored: impl FnOnce(&Request) -> Option<Decision>,
 ) {
-    if decision.allowed {
+    if !adjust(request, decision) {
         return;
+    }
+    let before = request
+        .baseline_request()
+        .and_then(|stored| judge_stored(&stored));
+    if let Some(before) = before {
+        keep_new(decision, &before);
+    }
+}
+
+/// Applies the rules that need only the request (deletion, unknown cluster) to a denying
+/// decision; `true` when it still denies and is to be ratcheted against the stored object
+/// ([`keep_new`]).
+pub fn adjust(request: &Request, decision: &mut Decision) -> bool {
+    if decision.allowed {
+        return false;
     }
     if request.machine.is_deleting() {
         downgrade(decision, DELETING_PREFIX, |_| true);
-        return;
+        return false;
     }
     if request.cluster_unknown {
         downgrade(decision, CLUSTER_UNKNOWN_PREFIX, |v| {
             v.field.starts_with("cluster.")
         });
     }
-    if decision.allowed || decision.strict || request.operation != Operation::Update {
+    !decision.allowed && !decision.strict && request.operation == Operation::Update
+}
+
+/// Ratchets a denying, non-strict decision: the violations the stored object's decision
+/// `before` has as well (same field and reason) become warnings.
+pub fn keep_new(decision: &mut Decision, before: &Decision) {
+    if decision.allowed || decision.strict {
         return;
     }
-    let Some(before) = request
-        .baseline_request()
-        .and_then(|stored| judge_stored(&stored))
-    else {
-        return;
-    };
     downgrade(decision, PREEXISTING_PREFIX, |v| {
         before
             .violations
