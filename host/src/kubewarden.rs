@@ -46,7 +46,7 @@ pub struct Metadata {
     /// The host capabilities the policy calls (declarative).
     #[serde(default)]
     pub host_capabilities: Vec<String>,
-    /// Title, description, source, license and more (`io.kubewarden.policy.*`).
+    /// Title, version, description, license, source (`io.kubewarden.policy.*`).
     #[serde(default)]
     pub annotations: std::collections::BTreeMap<String, String>,
 }

@@ -93,13 +93,36 @@ pub fn unpack(packed: u64) -> (u32, u32) {
 /// Refuses, at compile time, text that would need JSON escaping: names, versions and
 /// descriptions of policies are plain text.
 pub const fn metadata_bytes<const N: usize>(json: &str) -> [u8; N] {
-    let src = json.as_bytes();
-    assert!(src.len() == N, "metadata length mismatch");
-    let mut out = [0u8; N];
+    joined_bytes::<N>(&[json])
+}
+
+/// The length of `parts` joined (for the array [`joined_bytes`] fills).
+pub const fn joined_len(parts: &[&str]) -> usize {
+    let mut len = 0;
     let mut i = 0;
-    while i < N {
-        out[i] = src[i];
+    while i < parts.len() {
+        len += parts[i].len();
         i += 1;
+    }
+    len
+}
+
+/// `parts` joined into one array at compile time: a metadata section assembled from pieces
+/// that are present or not depending on the crate (used by [`export_policy!`]).
+pub const fn joined_bytes<const N: usize>(parts: &[&str]) -> [u8; N] {
+    assert!(joined_len(parts) == N, "metadata length mismatch");
+    let mut out = [0u8; N];
+    let mut at = 0;
+    let mut part = 0;
+    while part < parts.len() {
+        let src = parts[part].as_bytes();
+        let mut i = 0;
+        while i < src.len() {
+            out[at] = src[i];
+            at += 1;
+            i += 1;
+        }
+        part += 1;
     }
     out
 }
@@ -255,8 +278,10 @@ macro_rules! export_policy {
 
             // Kubewarden's metadata, written at build time so the module needs no
             // `kwctl annotate`; the versions match kubewarden::CLUSTER_API_VERSION and
-            // VCD_CLUSTER_API_VERSION, and the test host refuses any other lookup.
-            const KUBEWARDEN_METADATA_JSON: &str = concat!(
+            // VCD_CLUSTER_API_VERSION, and the test host refuses any other lookup. The
+            // annotations come from the policy crate's Cargo.toml; `source` only when it
+            // declares a `repository`.
+            const KUBEWARDEN_METADATA_HEAD: &str = concat!(
                 "{\"protocolVersion\":\"v1\",",
                 "\"rules\":[{\"apiGroups\":[\"infrastructure.cluster.x-k8s.io\"],",
                 "\"apiVersions\":[\"v1beta3\"],",
@@ -275,26 +300,34 @@ macro_rules! export_policy {
                 env!("CARGO_PKG_VERSION"),
                 "\",\"io.kubewarden.policy.description\":\"",
                 env!("CARGO_PKG_DESCRIPTION"),
-                "\",\"io.kubewarden.policy.source\":\"",
-                env!("CARGO_PKG_REPOSITORY"),
                 "\",\"io.kubewarden.policy.license\":\"",
                 env!("CARGO_PKG_LICENSE"),
-                "\"}}"
+                "\""
             );
-            const _CHECK: [&str; 5] = [
+            const REPOSITORY: &str = $crate::abi::plain_text(env!("CARGO_PKG_REPOSITORY"));
+            const KUBEWARDEN_METADATA_PARTS: [&str; 4] = if REPOSITORY.is_empty() {
+                [KUBEWARDEN_METADATA_HEAD, "", "", "}}"]
+            } else {
+                [
+                    KUBEWARDEN_METADATA_HEAD,
+                    ",\"io.kubewarden.policy.source\":\"",
+                    REPOSITORY,
+                    "\"}}",
+                ]
+            };
+            const _CHECK: [&str; 4] = [
                 $crate::abi::plain_text(env!("CARGO_PKG_NAME")),
                 $crate::abi::plain_text(env!("CARGO_PKG_VERSION")),
                 $crate::abi::plain_text(env!("CARGO_PKG_DESCRIPTION")),
-                $crate::abi::plain_text(env!("CARGO_PKG_REPOSITORY")),
                 $crate::abi::plain_text(env!("CARGO_PKG_LICENSE")),
             ];
+            const KUBEWARDEN_METADATA_LEN: usize =
+                $crate::abi::joined_len(&KUBEWARDEN_METADATA_PARTS);
 
             #[link_section = "io.kubewarden.metadata"]
             #[used]
-            static KUBEWARDEN_METADATA: [u8; KUBEWARDEN_METADATA_JSON.len()] =
-                $crate::abi::metadata_bytes::<{ KUBEWARDEN_METADATA_JSON.len() }>(
-                    KUBEWARDEN_METADATA_JSON,
-                );
+            static KUBEWARDEN_METADATA: [u8; KUBEWARDEN_METADATA_LEN] =
+                $crate::abi::joined_bytes::<KUBEWARDEN_METADATA_LEN>(&KUBEWARDEN_METADATA_PARTS);
         };
 
         #[cfg(all(target_arch = "wasm32", not(feature = "js"), not(feature = "kubewarden")))]
@@ -366,6 +399,14 @@ mod tests {
         const JSON: &str = "{\"name\":\"storage-only\"}";
         let bytes = metadata_bytes::<{ JSON.len() }>(JSON);
         assert_eq!(&bytes, JSON.as_bytes());
+    }
+
+    #[test]
+    fn joined_bytes_joins_the_parts_present() {
+        const PARTS: [&str; 4] = ["{\"title\":\"nicpolicy-capvcd\"", "", "", "}"];
+        const LEN: usize = joined_len(&PARTS);
+        let bytes = joined_bytes::<LEN>(&PARTS);
+        assert_eq!(&bytes, b"{\"title\":\"nicpolicy-capvcd\"}");
     }
 
     #[test]

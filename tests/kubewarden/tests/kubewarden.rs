@@ -131,7 +131,7 @@ fn metadata_is_what_policy_server_requires() {
                 )
             ]
         );
-        for key in ["title", "description", "source", "license"] {
+        for key in ["title", "version", "description", "license"] {
             let value = metadata
                 .annotations
                 .get(&format!("io.kubewarden.policy.{key}"))
@@ -141,6 +141,13 @@ fn metadata_is_what_policy_server_requires() {
         assert_eq!(
             metadata.annotations["io.kubewarden.policy.title"],
             builtin.package
+        );
+        // The workspace declares no repository, and no address is made up for it.
+        assert_eq!(
+            metadata.annotations.get("io.kubewarden.policy.source"),
+            None,
+            "{}",
+            builtin.name
         );
     }
 }
