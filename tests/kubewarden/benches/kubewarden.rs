@@ -5,11 +5,13 @@
 //! output, then the module sizes.
 //!
 //! - `nicpolicy`: `Policy::evaluate` of the case's request (fresh instance, request JSON in,
-//!   decision JSON out), as `nicpolicy serve` calls it once a review is read;
+//!   decision JSON out) judged by the lifecycle rules, as `nicpolicy serve` calls it once a
+//!   review is read (a denied UPDATE evaluates the stored object too);
 //! - `kubewarden`: `validate` of the case's ValidationRequest as policy-server runs it (fresh
 //!   instance from the pre-instantiated module, `wapc_init`, the AdmissionRequest read and
 //!   mapped in the guest, Cluster and VCDCluster read through two `get_resource` host calls,
-//!   the mutated object built and returned).
+//!   the lifecycle rules (the stored object evaluated again for a denied UPDATE), the mutated
+//!   object built and returned).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -17,16 +19,19 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
 use nicpolicy::cases::Case;
+use nicpolicy::lifecycle::judge;
 use nicpolicy::{builtin, Host, HostConfig, PolicyOptions};
 use nicpolicy_kubewarden_tests::compare::{request, settings};
 use nicpolicy_kubewarden_tests::PolicyServer;
+use nicpolicy_plugin::Request;
 
-/// Cases of the CAPVCD suite: allowed with one extra, three extras, and denied with several
-/// violations.
-const CASES: [&str; 3] = [
+/// Cases of the CAPVCD suite: allowed with one extra, three extras, denied with several
+/// violations, and an UPDATE denied for what it adds (both hosts judge the stored object too).
+const CASES: [&str; 4] = [
     "02-one-extra.yaml",
     "03-three-extras-in-order.yaml",
     "11-several-violations-together.yaml",
+    "74-update-adds-violation-to-stored-one.yaml",
 ];
 
 fn main() {
@@ -51,17 +56,14 @@ fn main() {
         let (request, cluster) = request(&case);
         let kw_settings = settings(&case, true);
         // Same answer both ways, or the comparison means nothing.
-        let decision = policy.evaluate(&case.request).expect("evaluates").decision;
+        let judged = |request: &Request| judge(request, |r| policy.evaluate(r)).expect("evaluates");
+        let decision = judged(&case.request).decision;
         let (response, _) = server
             .validate(&request, &kw_settings, &cluster)
             .expect("validates");
         assert_eq!(decision.allowed, response.accepted, "{name}");
         group.bench_with_input(BenchmarkId::new("nicpolicy", &name), &case, |b, case| {
-            b.iter(|| {
-                policy
-                    .evaluate(black_box(&case.request))
-                    .expect("evaluates")
-            })
+            b.iter(|| judged(black_box(&case.request)))
         });
         group.bench_with_input(BenchmarkId::new("kubewarden", &name), &request, |b, r| {
             b.iter(|| {
