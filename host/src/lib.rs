@@ -43,7 +43,8 @@
 //!   lifecycle (deletions, ratcheted updates, request faults, unknown clusters); the webhook,
 //!   `nicpolicy eval` and the case runner all answer through it.
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
-//!   files, suites and JUnit reports), [`error`].
+//!   files, suites and JUnit reports), [`error`], [`stages`] (where an evaluation's or a
+//!   review's time goes, for benchmarks).
 //!
 //! - [`audit`] and [`controller`] (feature `webhook`): every machine of a set of manifests or of
 //!   a cluster evaluated against its own cluster, with a candidate chain beside (shadow mode);
@@ -85,6 +86,7 @@ pub mod manifest;
 pub mod playground;
 pub mod policy;
 pub mod spec;
+pub mod stages;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 

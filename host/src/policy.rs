@@ -15,6 +15,7 @@ use crate::engine::Host;
 use crate::error::{EvalError, LoadError};
 use crate::inspect::{inspect, ModuleInfo};
 use crate::limits::Limits;
+use crate::stages::{self, Stage};
 
 /// How to load a policy.
 #[derive(Clone, Debug, Default)]
@@ -277,6 +278,7 @@ impl Policy {
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
         let input = serde_json::to_vec(&request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
+        stages::mark(Stage::RequestEncode);
         self.evaluate_json(&input)
     }
 
@@ -373,6 +375,7 @@ impl Policy {
         };
         let alloc: TypedFunc<i32, i32> = typed(&mut store, &instance, &self.exports.alloc)?;
         let run: TypedFunc<(i32, i32), i64> = typed(&mut store, &instance, export)?;
+        stages::mark(Stage::Instantiate);
 
         let len = input.len() as i32;
         let ptr = alloc
@@ -389,9 +392,11 @@ impl Policy {
                 memory.data_size(&store)
             ))
         })?;
+        stages::mark(Stage::InputCopy);
         let packed = run
             .call(&mut store, (ptr, len))
             .map_err(|err| self.classify(err, &store, false))?;
+        stages::mark_guest_return();
         let (out_ptr, out_len) = abi::unpack(packed as u64);
         let (out_ptr, out_len) = (out_ptr as usize, out_len as usize);
         if out_len > self.limits.max_output_bytes {
@@ -419,6 +424,10 @@ impl Policy {
                 message: format!("{dropped} more log lines dropped"),
             });
         }
+        stages::mark(Stage::OutputDecode);
+        // Dropping the store frees the instance; the pool resets its memory slot here.
+        drop(store);
+        stages::mark(Stage::InstanceDrop);
         Ok((result, logs))
     }
 
@@ -480,6 +489,12 @@ where
 
 /// The `nicpolicy.log` import: copies the message out of guest memory.
 fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    if stages::recording() {
+        if let Some(stage) = guest_stage_mark(&mut caller, ptr, len) {
+            stages::mark(stage);
+            return Ok(());
+        }
+    }
     if caller.data().logs.len() >= MAX_LOG_LINES {
         caller.data_mut().dropped_logs += 1;
         return Ok(());
@@ -507,6 +522,23 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
         message,
     });
     Ok(())
+}
+
+/// The guest stage a log line marks (a policy built with the plugin's `stage-marks` feature),
+/// if it is such a line.
+fn guest_stage_mark(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> Option<Stage> {
+    let Some(Extern::Memory(memory)) = caller.get_export(abi::EXPORT_MEMORY) else {
+        return None;
+    };
+    let start = ptr as u32 as usize;
+    let line = memory
+        .data(&*caller)
+        .get(start..start.saturating_add(len as u32 as usize))?;
+    match line {
+        _ if line == nicpolicy_plugin::guest::STAGE_DECODED.as_bytes() => Some(Stage::GuestDecode),
+        _ if line == nicpolicy_plugin::guest::STAGE_DECIDED.as_bytes() => Some(Stage::Rules),
+        _ => None,
+    }
 }
 
 /// Reads a decision (or an error envelope) and checks that it is coherent.

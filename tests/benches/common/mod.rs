@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod review;
+
 use std::path::PathBuf;
 
 use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
@@ -190,4 +192,29 @@ pub fn show_ns(ns: f64) -> String {
     } else {
         format!("{ns:.0} ns")
     }
+}
+
+/// `--name N` from the command line, else `default`.
+pub fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// Whether `cargo bench` runs this (`cargo test --benches` runs bench targets without
+/// `--bench`: keep that quick).
+pub fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The median of `samples` (sorted in place).
+pub fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
