@@ -543,6 +543,19 @@ fn guest_stage_mark(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> Optio
 
 /// Reads a decision (or an error envelope) and checks that it is coherent.
 pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
+    // One plain pass for a well-formed decision: tracking field paths makes decoding about
+    // three times slower, and only an output that is refused needs them (docs/benchmarks.md).
+    let decision = match serde_json::from_slice::<Decision>(bytes) {
+        Ok(decision) => decision,
+        Err(_) => refused_output(bytes)?,
+    };
+    check_decision(&decision).map_err(EvalError::BadOutput)?;
+    Ok(decision)
+}
+
+/// Why an output is not a decision: not UTF-8, the policy's error envelope, the field at fault,
+/// or data after the decision.
+fn refused_output(bytes: &[u8]) -> Result<Decision, EvalError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|err| EvalError::BadOutput(format!("output is not UTF-8: {err}")))?;
     let mut de = serde_json::Deserializer::from_str(text);
@@ -571,7 +584,6 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
             )));
         }
     };
-    check_decision(&decision).map_err(EvalError::BadOutput)?;
     Ok(decision)
 }
 
