@@ -128,6 +128,8 @@ struct Exports {
 #[derive(Clone)]
 pub struct Policy {
     info: ModuleInfo,
+    /// [`Policy::name`], made once: it is in every evaluation's result.
+    name: std::sync::Arc<str>,
     limits: Limits,
     settings: Value,
     pre: InstancePre<State>,
@@ -190,7 +192,13 @@ impl Policy {
         // One extra tick: the current one may be nearly over when the call starts.
         let deadline_ticks = (options.limits.timeout.as_nanos().div_ceil(tick) + 1) as u64;
 
+        let name = match &info.metadata {
+            // The name is the module's own text and ends up in logs and messages.
+            Some(meta) => escape_log_text(&meta.name).into_owned(),
+            None => format!("sha256:{}", &info.sha256[..12]),
+        };
         let policy = Policy {
+            name: name.into(),
             info,
             limits: options.limits,
             settings: Value::Null,
@@ -241,11 +249,7 @@ impl Policy {
 
     /// The policy's name from its metadata, or its digest when it has none.
     pub fn name(&self) -> String {
-        match &self.info.metadata {
-            // The name is the module's own text and ends up in logs and messages.
-            Some(meta) => escape_log_text(&meta.name).into_owned(),
-            None => format!("sha256:{}", &self.info.sha256[..12]),
-        }
+        self.name.to_string()
     }
 
     /// The limits every call runs under.
