@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
-use nicpolicy_plugin::schema::{EvaluateOutput, SettingsValidation};
-use nicpolicy_plugin::{Decision, Request};
+use nicpolicy_plugin::schema::{EvaluateOutput, RequestRef, SettingsValidation};
+use nicpolicy_plugin::{Decision, Inventory, Request};
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -280,7 +280,7 @@ impl Policy {
     /// or oversized output, an oversized request, the policy's own error, or no free instance
     /// slot. The policy stays usable.
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
-        let input = serde_json::to_vec(&request.with_settings(&self.settings))
+        let input = encode_request(request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
         stages::mark(Stage::RequestEncode);
         self.evaluate_json(&input)
@@ -474,6 +474,41 @@ impl Policy {
     }
 }
 
+thread_local! {
+    /// The inventory last encoded on this thread, and its JSON: a server sends the same
+    /// inventory with every request, and comparing it costs a fraction of encoding it.
+    static INVENTORY_JSON: std::cell::RefCell<Option<(Inventory, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `request` as JSON, as the policy receives it. The inventory, the largest part, is encoded
+/// once per thread while it stays the same, and written last (JSON objects are unordered).
+fn encode_request(mut request: RequestRef<'_>) -> serde_json::Result<Vec<u8>> {
+    let Some(inventory) = request.inventory.take() else {
+        return serde_json::to_vec(&request);
+    };
+    let mut out = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut out, &request)?;
+    // The object always has fields (`operation` at least): the inventory goes in before its
+    // closing brace.
+    out.pop();
+    out.extend_from_slice(b",\"inventory\":");
+    INVENTORY_JSON.with(|cache| -> serde_json::Result<()> {
+        let mut cache = cache.borrow_mut();
+        match &*cache {
+            Some((cached, json)) if cached == inventory => out.extend_from_slice(json),
+            _ => {
+                let json = serde_json::to_vec(inventory)?;
+                out.extend_from_slice(&json);
+                *cache = Some((inventory.clone(), json));
+            }
+        }
+        Ok(())
+    })?;
+    out.push(b'}');
+    Ok(out)
+}
+
 fn typed<P, R>(
     store: &mut Store<State>,
     instance: &wasmtime::Instance,
@@ -618,4 +653,49 @@ pub fn check_decision(decision: &Decision) -> Result<(), String> {
         previous = Some(nic.index);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicpolicy_plugin::schema::{Network, NetworkType};
+    use nicpolicy_plugin::testing;
+    use serde_json::json;
+
+    fn network(name: &str) -> Network {
+        Network {
+            name: name.to_string(),
+            network_type: Some(NetworkType::Routed),
+            gateway: Some("10.20.0.1".to_string()),
+            prefix_length: Some(24),
+            static_ip_ranges: Vec::new(),
+            dns: vec!["10.20.0.10".to_string()],
+            used_ip_addresses: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn requests_encode_alike_with_the_inventory_encoded_once() {
+        let settings = json!({"adapterType": "VMXNET3"});
+        let mut request = testing::worker(&["storage-net", "workload-net"]);
+        let plain = |request: &Request| -> Value {
+            serde_json::to_value(request.with_settings(&settings)).expect("encodes")
+        };
+        let ours = |request: &Request| -> Value {
+            let bytes = encode_request(request.with_settings(&settings)).expect("encodes");
+            serde_json::from_slice(&bytes).expect("valid JSON")
+        };
+        // Without an inventory, with one (encoded, then from the thread's copy), with another.
+        assert_eq!(ours(&request), plain(&request));
+        request.inventory = Some(Inventory {
+            networks: vec![network("mgmt-net"), network("storage-net")],
+        });
+        assert_eq!(ours(&request), plain(&request));
+        assert_eq!(ours(&request), plain(&request));
+        request.inventory = Some(Inventory {
+            networks: vec![network("workload-net")],
+        });
+        assert_eq!(ours(&request), plain(&request));
+        assert_eq!(ours(&request)["inventory"]["networks"][0]["name"], "workload-net");
+    }
 }
