@@ -84,6 +84,13 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     if let Some(cluster) = &finding.cluster {
         properties.insert("cluster", format!("{}/{}", cluster.kind, cluster.name));
     }
+    if let Some(why) = finding
+        .message
+        .as_ref()
+        .filter(|_| finding.request.as_ref().is_some_and(|r| r.cluster_unknown))
+    {
+        properties.insert("clusterUnknown", cut(why));
+    }
     if let Some(shadow) = &finding.shadow {
         properties.insert("candidate", shadow.change.as_str().to_string());
         if !shadow.details.is_empty() {

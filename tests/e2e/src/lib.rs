@@ -5,6 +5,7 @@
 
 pub mod binaries;
 pub mod control_plane;
+pub mod controller;
 pub mod fixtures;
 pub mod kubectl;
 pub mod pki;
@@ -13,5 +14,6 @@ pub mod webhook;
 
 pub use binaries::{binaries, workspace};
 pub use control_plane::{shared, ControlPlane};
+pub use controller::Controller;
 pub use kubectl::Kubectl;
 pub use webhook::Webhook;
