@@ -1,9 +1,11 @@
 //! `nicpolicy controller`: continuous audit in the cluster. Watch-fed caches (kube-runtime
 //! reflectors) of VCDMachines, VCDMachineTemplates, Clusters, VCDClusters, ClusterClasses and
-//! VCDClusterTemplates; any change to one of them queues its namespace, so a Cluster or
+//! VCDClusterTemplates, holding only the fields an audit reads
+//! ([`live::keep_audited_fields`]); any change to one of them queues its namespace, so a Cluster or
 //! VCDCluster change re-evaluates every machine of its cluster. A queued namespace is evaluated
 //! with the same chains as `nicpolicy serve` (and an optional candidate chain) through
-//! [`crate::audit`], and reported as:
+//! [`crate::audit`], one namespace at a time (so memory follows the largest namespace, not the
+//! queue), and reported as:
 //!
 //! - a PolicyReport per namespace ([`report`]), written only when its results change;
 //! - a Warning Event on each object that newly fails ([`events`]), deduplicated, rate-limited;
@@ -301,8 +303,11 @@ async fn start_watches(
         }
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
+        // Only the fields an audit reads are kept: at 10,000 machines the caches are most of
+        // the controller's memory (docs/benchmarks.md).
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(live::keep_audited_fields)
             .reflect(writer);
         let shared_for_task = shared.clone();
         let kind = resource.kind.clone();
@@ -436,57 +441,33 @@ impl Worker {
         namespaces
     }
 
-    /// Evaluates and reports the namespaces of `batch`.
+    /// Evaluates and reports the namespaces of `batch`, one at a time: only one namespace's
+    /// objects are copied out of the caches and evaluated at once, however many are queued.
     async fn pass(&mut self, batch: BTreeSet<String>) {
         let started = Instant::now();
-        let mut values: BTreeMap<String, Vec<serde_json::Value>> =
+        // The caches' own objects (shared, not copied), by namespace and watched resource.
+        let mut objects: BTreeMap<String, Vec<(usize, Arc<DynamicObject>)>> =
             batch.iter().map(|ns| (ns.clone(), Vec::new())).collect();
-        for watched in &self.watched {
+        for (index, watched) in self.watched.iter().enumerate() {
             for object in watched.store.state() {
                 let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
-                if let Some(list) = values.get_mut(namespace) {
-                    list.push(live::object_value(&object, &watched.resource));
+                if let Some(list) = objects.get_mut(namespace) {
+                    list.push((index, object));
                 }
             }
         }
-        let served = self.served.get();
-        let candidate = self.candidate.as_ref().map(|c| c.get());
-        // Evaluation is CPU work: off the async threads.
-        let evaluated = tokio::task::spawn_blocking(move || {
-            values
-                .into_iter()
-                .map(|(namespace, values)| {
-                    let inputs = Inputs::from_files(live::files_by_namespace(values));
-                    let subjects = inputs.subjects(served.inventory.as_ref());
-                    let candidate_chains = candidate.as_deref().map(ServedChains);
-                    let findings = audit::evaluate_all(
-                        subjects,
-                        &ServedChains(&served),
-                        candidate_chains.as_ref().map(|c| c as &dyn Chains),
-                    );
-                    let names: BTreeMap<String, String> = served
-                        .chains
-                        .iter()
-                        .map(|(kind, chain)| (kind.as_str().to_string(), chain.name()))
-                        .collect();
-                    (namespace, findings, names)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        let evaluated = match evaluated {
-            Ok(evaluated) => evaluated,
-            Err(err) => {
-                tracing::error!(error = %err, "evaluation task failed; retrying the namespaces");
-                for namespace in batch {
-                    self.shared.enqueue(&namespace);
-                }
-                return;
-            }
-        };
-        let mut objects = 0;
-        for (namespace, findings, names) in evaluated {
-            objects += findings.len();
+        let mut evaluated = 0;
+        for (namespace, list) in objects {
+            let values: Vec<serde_json::Value> = list
+                .iter()
+                .map(|(index, object)| live::object_value(object, &self.watched[*index].resource))
+                .collect();
+            drop(list);
+            let Some(findings) = self.evaluate(values).await else {
+                self.shared.enqueue(&namespace);
+                continue;
+            };
+            evaluated += findings.len();
             for finding in &findings {
                 self.shared
                     .metrics
@@ -495,7 +476,7 @@ impl Worker {
             }
             self.summaries
                 .insert(namespace.clone(), Summary::of(&findings));
-            if let Err(err) = self.report(&namespace, &findings, &names).await {
+            if let Err(err) = self.report(&namespace, &findings).await {
                 tracing::warn!(%namespace, error = %err, "cannot write the PolicyReport; retrying");
                 Metrics::count(&self.shared.metrics.report_writes, "failed");
                 self.shared.enqueue(&namespace);
@@ -504,10 +485,35 @@ impl Worker {
         }
         self.gauges();
         tracing::debug!(
-            objects,
+            objects = evaluated,
             elapsed_ms = started.elapsed().as_millis(),
             "pass done"
         );
+    }
+
+    /// The findings of one namespace's objects; `None` when the evaluation task failed.
+    async fn evaluate(&self, values: Vec<serde_json::Value>) -> Option<Vec<Finding>> {
+        let served = self.served.get();
+        let candidate = self.candidate.as_ref().map(|c| c.get());
+        // Evaluation is CPU work: off the async threads.
+        let evaluated = tokio::task::spawn_blocking(move || {
+            let inputs = Inputs::from_files(live::files_by_namespace(values));
+            let subjects = inputs.subjects(served.inventory.as_ref());
+            let candidate_chains = candidate.as_deref().map(ServedChains);
+            audit::evaluate_all(
+                subjects,
+                &ServedChains(&served),
+                candidate_chains.as_ref().map(|c| c as &dyn Chains),
+            )
+        })
+        .await;
+        match evaluated {
+            Ok(findings) => Some(findings),
+            Err(err) => {
+                tracing::error!(error = %err, "evaluation task failed; retrying the namespace");
+                None
+            }
+        }
     }
 
     fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
@@ -520,12 +526,7 @@ impl Worker {
 
     /// Writes the namespace's PolicyReport when its results changed; deletes it when the
     /// namespace has no audited object left.
-    async fn report(
-        &mut self,
-        namespace: &str,
-        findings: &[Finding],
-        names: &BTreeMap<String, String>,
-    ) -> Result<(), kube::Error> {
+    async fn report(&mut self, namespace: &str, findings: &[Finding]) -> Result<(), kube::Error> {
         let api = self.reports_api(namespace);
         if findings.is_empty() {
             self.summaries.remove(namespace);
@@ -541,16 +542,19 @@ impl Worker {
             }
             return Ok(());
         }
+        let served = self.served.get();
         let policy = |kind: &str| {
-            names
-                .get(kind)
-                .cloned()
-                .unwrap_or_else(|| "nicpolicy".into())
+            ObjectKind::from_kind(kind)
+                .and_then(|kind| served.chains.get(&kind))
+                .map_or_else(|| "nicpolicy".to_string(), PolicyChain::name)
         };
         let built = report::build(namespace, &policy, findings, self.options.bounds);
         if !self.written.contains_key(namespace) {
             // First look since start (or since taking the lead): the report may be current.
             if let Some(existing) = api.get_opt(report::REPORT_NAME).await? {
+                if let Some(gate) = self.gate.as_mut() {
+                    seed_from_report(gate, namespace, &existing.data);
+                }
                 let found = existing
                     .metadata
                     .annotations
@@ -688,6 +692,33 @@ impl Worker {
                 })
                 .set(gauge(n));
         }
+    }
+}
+
+/// Tells `gate` which objects the report found at start (written by an earlier process or
+/// another replica) lists as failing, and why, so their failures are not announced twice.
+fn seed_from_report(gate: &mut EventGate, namespace: &str, report: &serde_json::Value) {
+    let mut failing: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
+    for result in report["results"].as_array().into_iter().flatten() {
+        if result["result"] != "fail" {
+            continue;
+        }
+        let resource = &result["resources"][0];
+        let (Some(kind), Some(name), Some(field), Some(rule)) = (
+            resource["kind"].as_str(),
+            resource["name"].as_str(),
+            result["properties"]["field"].as_str(),
+            result["rule"].as_str(),
+        ) else {
+            continue;
+        };
+        failing
+            .entry(format!("{namespace}/{kind}/{name}"))
+            .or_default()
+            .push((field, rule));
+    }
+    for (key, violations) in failing {
+        gate.seed(&key, violations);
     }
 }
 

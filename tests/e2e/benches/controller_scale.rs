@@ -207,6 +207,7 @@ async fn main() {
     let controller = Controller::start(&plane, &settings).await;
     let pid = controller.pid().expect("running");
     let ready = started.elapsed();
+    println!("caches synced: {}", memory_line(pid));
     let first = settle(&controller, "first pass", |m| {
         objects_counted(m) >= machines && m.get(WRITTEN).copied().unwrap_or(0.0) >= clusters as f64
     })

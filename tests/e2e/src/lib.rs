@@ -1,6 +1,6 @@
 //! The end-to-end harness: a real kube-apiserver and etcd on loopback (built by
 //! tests/e2e/kube/build.sh), kubectl, and `nicpolicy serve` registered through the shipped
-//! configurations. The suites in tests/ drive them as a controller (kube-rs) and a person
+//! configurations or `nicpolicy controller` run with them. The suites in tests/ drive them as a controller (kube-rs) and a person
 //! (kubectl) would.
 
 pub mod binaries;

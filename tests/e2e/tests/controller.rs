@@ -336,6 +336,14 @@ async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
     let ns = "audit-ha";
     cluster_namespace(&kubectl, ns);
     machine(&client, ns, "audit-ha-md-0-a", ns, &["storage-net"]).await;
+    machine(
+        &client,
+        ns,
+        "audit-ha-md-0-b",
+        ns,
+        &["backup-net", "backup-net"],
+    )
+    .await;
     let settings = |identity: &str| Settings {
         lease: Some(("e2e-handover".to_string(), LEASE)),
         ..Settings::single(identity)
@@ -348,8 +356,14 @@ async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
         ns,
         REPORT_DEADLINE,
         &replicas[0],
-        "the machine",
-        |r| r["summary"]["pass"] == 1,
+        "both machines",
+        |r| r["summary"]["pass"] == 1 && r["summary"]["fail"] == 1,
+    )
+    .await;
+    eventually(
+        REPORT_DEADLINE,
+        "an Event on the failing machine",
+        || async { events_about(&client, ns, "audit-ha-md-0-b").await.len() == 1 },
     )
     .await;
 
@@ -398,6 +412,19 @@ async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
     assert_eq!(replicas[standby].metric(LEADER).await, 1.0);
     assert!(replicas[standby].metric(WRITTEN).await >= 1.0);
     assert!(replicas[standby].log().contains("leading"));
+    // The new leader announces the new failure, not the one its predecessor announced (read
+    // back from the report).
+    eventually(
+        REPORT_DEADLINE,
+        "an Event on the newly failing machine",
+        || async {
+            !events_about(&client, ns, "audit-ha-md-0-a")
+                .await
+                .is_empty()
+        },
+    )
+    .await;
+    assert_eq!(events_about(&client, ns, "audit-ha-md-0-b").await.len(), 1);
 }
 
 #[tokio::test]
