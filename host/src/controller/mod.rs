@@ -419,7 +419,7 @@ impl Worker {
             tokio::time::sleep(self.options.debounce).await;
             let batch = self.shared.take();
             if !batch.is_empty() {
-                self.pass(batch).await;
+                self.pass(batch, &stop).await;
             }
         }
     }
@@ -443,7 +443,7 @@ impl Worker {
 
     /// Evaluates and reports the namespaces of `batch`, one at a time: only one namespace's
     /// objects are copied out of the caches and evaluated at once, however many are queued.
-    async fn pass(&mut self, batch: BTreeSet<String>) {
+    async fn pass(&mut self, batch: BTreeSet<String>, stop: &watch::Receiver<bool>) {
         let started = Instant::now();
         // The caches' own objects (shared, not copied), by namespace and watched resource.
         let mut objects: BTreeMap<String, Vec<(usize, Arc<DynamicObject>)>> =
@@ -457,7 +457,17 @@ impl Worker {
             }
         }
         let mut evaluated = 0;
-        for (namespace, list) in objects {
+        let mut pending = objects.into_iter();
+        while let Some((namespace, list)) = pending.next() {
+            // A first pass over a large cluster takes a while: stop between namespaces when
+            // shutting down or when another replica took over, and leave the rest queued.
+            if *stop.borrow() || !self.shared.leading.load(Ordering::Acquire) {
+                self.shared.enqueue(&namespace);
+                for (namespace, _) in pending.by_ref() {
+                    self.shared.enqueue(&namespace);
+                }
+                break;
+            }
             let values: Vec<serde_json::Value> = list
                 .iter()
                 .map(|(index, object)| live::object_value(object, &self.watched[*index].resource))
