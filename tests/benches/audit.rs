@@ -19,47 +19,16 @@ use nicpolicy::{PolicyChain, PolicyOptions};
 use nicpolicy_plugin::capvcd;
 
 use common::fleet;
-
-/// CPU seconds (user + system) this process has used.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces): state is field 3; utime and stime
-    // are fields 14 and 15, in clock ticks (100 per second on Linux).
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Peak resident memory of this process (VmHWM), in MiB.
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::procfs;
 
 fn main() {
     // `cargo test --benches` runs this too: keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let clusters = arg("--clusters", if quick { 3 } else { 100 });
-    let per_cluster = arg("--machines", 100);
+    let (clusters, per_cluster) = if quick {
+        fleet::size(3, 100)
+    } else {
+        fleet::size(100, 100)
+    };
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-audit");
     let (namespaces, mix) = fleet::generate(clusters, per_cluster);
     fleet::write(&dir, &namespaces);
@@ -75,21 +44,21 @@ fn main() {
             .expect("the CAPVCD policy loads"),
     );
 
-    let cpu = cpu_seconds();
+    let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
     let inputs = Inputs::read(std::slice::from_ref(&dir)).expect("the generated folder reads");
     let subjects = inputs.subjects(Some(&inventory));
-    let read_cpu = cpu_seconds() - cpu;
+    let read_cpu = procfs::cpu_seconds("self") - cpu;
     let read_wall = wall.elapsed();
 
     let native_subjects = subjects.clone();
-    let cpu = cpu_seconds();
+    let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
     let findings = evaluate_all(subjects, &chain, None);
-    let wasm_cpu = cpu_seconds() - cpu;
+    let wasm_cpu = procfs::cpu_seconds("self") - cpu;
     let wasm_wall = wall.elapsed();
 
-    let cpu = cpu_seconds();
+    let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
     let mut native_denied = 0;
     for subject in native_subjects {
@@ -97,7 +66,7 @@ fn main() {
             native_denied += usize::from(!capvcd::evaluate(&request).allowed);
         }
     }
-    let native_cpu = cpu_seconds() - cpu;
+    let native_cpu = procfs::cpu_seconds("self") - cpu;
     let native_wall = wall.elapsed();
 
     let summary = Summary::of(&findings);
@@ -142,7 +111,7 @@ fn main() {
         groups
     };
     let policy = |_: &str| "nicpolicy-capvcd".to_string();
-    let cpu = cpu_seconds();
+    let cpu = procfs::cpu_seconds("self");
     let first: BTreeMap<String, report::Report> = by_namespace(&findings)
         .into_iter()
         .map(|(ns, fs)| {
@@ -150,7 +119,7 @@ fn main() {
             (ns, built)
         })
         .collect();
-    let report_cpu = cpu_seconds() - cpu;
+    let report_cpu = procfs::cpu_seconds("self") - cpu;
     let largest = first
         .values()
         .map(|r| r.object.to_string().len())
@@ -180,6 +149,9 @@ fn main() {
         largest as f64 / 1024.0,
         first.len()
     );
-    println!("peak resident memory: {:.0} MiB", peak_rss_mib());
+    println!(
+        "peak resident memory: {:.0} MiB",
+        procfs::peak_rss_mib("self")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -160,3 +160,17 @@ pub fn write(dir: &Path, namespaces: &[Namespace]) {
         std::fs::write(folder.join("machines.yaml"), &namespace.machines).expect("bench file");
     }
 }
+
+/// The fleet's size: `--clusters N` and `--machines N` (objects per cluster) from the command
+/// line, else the defaults given.
+pub fn size(clusters: usize, per_cluster: usize) -> (usize, usize) {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (arg("--clusters", clusters), arg("--machines", per_cluster))
+}

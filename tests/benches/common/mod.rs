@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod fleet;
+pub mod procfs;
 
 use std::path::PathBuf;
 

@@ -20,6 +20,9 @@ use serde_json::Value;
 #[path = "../../benches/common/fleet.rs"]
 #[allow(dead_code)]
 mod fleet;
+#[path = "../../benches/common/procfs.rs"]
+#[allow(dead_code)]
+mod procfs;
 
 /// Objects created at once.
 const IN_FLIGHT: usize = 16;
@@ -30,41 +33,6 @@ const RESYNC: Duration = Duration::from_secs(30);
 
 const WRITTEN: &str = r#"nicpolicy_controller_report_writes_total{result="written"}"#;
 const UNCHANGED: &str = r#"nicpolicy_controller_report_writes_total{result="unchanged"}"#;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Fields of /proc/PID/status in KiB.
-fn status_kib(pid: u32) -> BTreeMap<String, u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            let kib = value.trim().strip_suffix(" kB")?.trim().parse().ok()?;
-            Some((key.to_string(), kib))
-        })
-        .collect()
-}
-
-/// User + system CPU seconds of process `pid`.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 /// The generated YAML as objects the API server accepts: it stores CAPVCD objects as v1beta3,
 /// and sets `uid` and `managedFields` itself.
@@ -169,8 +137,8 @@ fn objects_counted(metrics: &BTreeMap<String, f64>) -> f64 {
         .sum()
 }
 
-fn memory_line(pid: u32) -> String {
-    let status = status_kib(pid);
+fn memory_line(pid: &str) -> String {
+    let status = procfs::status_kib(pid);
     let mib = |key: &str| status.get(key).copied().unwrap_or(0) as f64 / 1024.0;
     format!(
         "VmHWM {:.1} MiB (now VmRSS {:.1} MiB: anonymous {:.1}, file {:.1})",
@@ -185,8 +153,11 @@ fn memory_line(pid: u32) -> String {
 async fn main() {
     // `cargo test --benches` runs this too (without `--bench`): keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let clusters = arg("--clusters", if quick { 2 } else { 100 });
-    let per_cluster = arg("--machines", if quick { 10 } else { 100 });
+    let (clusters, per_cluster) = if quick {
+        fleet::size(2, 10)
+    } else {
+        fleet::size(100, 100)
+    };
     let (namespaces, mix) = fleet::generate(clusters, per_cluster);
 
     let plane = ControlPlane::start("controller-scale").expect("the control plane starts");
@@ -205,9 +176,9 @@ async fn main() {
         ..Settings::single("scale")
     };
     let controller = Controller::start(&plane, &settings).await;
-    let pid = controller.pid().expect("running");
+    let pid = controller.pid().expect("running").to_string();
     let ready = started.elapsed();
-    println!("caches synced: {}", memory_line(pid));
+    println!("caches synced: {}", memory_line(&pid));
     let first = settle(&controller, "first pass", |m| {
         objects_counted(m) >= machines && m.get(WRITTEN).copied().unwrap_or(0.0) >= clusters as f64
     })
@@ -217,7 +188,7 @@ async fn main() {
         "first pass: caches synced in {:.1} s, reports settled {:.1} s later; {:.2} s CPU; {} PolicyReport writes for {} objects in {clusters} namespaces",
         ready.as_secs_f64(),
         first.as_secs_f64(),
-        cpu_seconds(pid),
+        procfs::cpu_seconds(&pid),
         metrics.get(WRITTEN).copied().unwrap_or(0.0),
         objects_counted(&metrics),
     );
@@ -228,13 +199,14 @@ async fn main() {
             println!("  {name} {value}");
         }
     }
-    println!("after the first pass: {}", memory_line(pid));
+    println!("after the first pass: {}", memory_line(&pid));
 
     // One machine changes: one report is written.
     let written = metrics.get(WRITTEN).copied().unwrap_or(0.0);
-    let cpu = cpu_seconds(pid);
+    let cpu = procfs::cpu_seconds(&pid);
     let target = &namespaces[clusters / 2].name;
-    let name = format!("{target}-prod-md-0-00050");
+    // A VCDMachine of the namespace (the first three objects are templates).
+    let name = format!("{target}-prod-md-0-{:05}", (per_cluster / 2).max(3));
     let patch = serde_json::json!({"spec": {"extraOvdcNetworks": ["storage-net", "storage-net"]}});
     api(&client, target, "VCDMachine")
         .patch(
@@ -255,12 +227,12 @@ async fn main() {
         "one machine changed ({target}/{name}): {} PolicyReport write(s), reported in {:.1} s, {:.2} s CPU",
         after_change - written,
         changed.as_secs_f64(),
-        cpu_seconds(pid) - cpu
+        procfs::cpu_seconds(&pid) - cpu
     );
 
     // A resync evaluates every namespace again and writes nothing: nothing changed.
     let unchanged = controller.metric(UNCHANGED).await;
-    let cpu = cpu_seconds(pid);
+    let cpu = procfs::cpu_seconds(&pid);
     let resync = settle(&controller, "resync", |m| {
         m.get(UNCHANGED).copied().unwrap_or(0.0) >= unchanged + clusters as f64
     })
@@ -270,10 +242,10 @@ async fn main() {
         resync.as_secs_f64(),
         controller.metric(WRITTEN).await - after_change,
         controller.metric(UNCHANGED).await - unchanged,
-        cpu_seconds(pid) - cpu
+        procfs::cpu_seconds(&pid) - cpu
     );
     println!(
         "peak resident memory of the controller: {}",
-        memory_line(pid)
+        memory_line(&pid)
     );
 }

@@ -6,17 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::binaries::{binaries, workspace};
-use crate::control_plane::{free_port, kubeconfig, ControlPlane};
+use crate::binaries::workspace;
+use crate::control_plane::{free_port, ControlPlane};
 use crate::process::Process;
-use crate::webhook::shipped_config;
+use crate::webhook::{nicpolicy_command, service_account_token, shipped_config};
 
 /// How long the controller may take to serve `/readyz` (caches synced).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,12 +66,8 @@ pub struct Controller {
 /// (config/controller/rbac.yaml in nicpolicy-system, as its kustomization applies it), and
 /// returns a kubeconfig with a token of its ServiceAccount. Done once per control plane.
 pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
-    let path = plane.dir.join("nicpolicy-controller.kubeconfig");
-    if path.is_file() {
-        return path;
-    }
-    let kubectl = plane.kubectl();
     let config = workspace().join("config");
+    let kubectl = plane.kubectl();
     kubectl.ok(&[
         "apply",
         "-k",
@@ -84,36 +79,14 @@ pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
         "--timeout=60s",
         "crd/policyreports.wgpolicyk8s.io",
     ]);
-    kubectl.ok(&[
-        "apply",
-        "-f",
-        &config.join("namespace.yaml").to_string_lossy(),
-    ]);
-    kubectl.ok(&[
-        "apply",
-        "-n",
-        NAMESPACE,
-        "-f",
-        &config.join("controller/rbac.yaml").to_string_lossy(),
-    ]);
-    let token = kubectl.ok(&[
-        "create",
-        "token",
+    service_account_token(
+        plane,
         SERVICE_ACCOUNT,
-        "-n",
-        NAMESPACE,
-        "--duration=24h",
-    ]);
-    std::fs::write(
-        &path,
-        kubeconfig(
-            plane.api_port,
-            &plane.pki.ca_file,
-            &format!("token: {}", token.trim()),
-        ),
+        &[
+            config.join("namespace.yaml"),
+            config.join("controller/rbac.yaml"),
+        ],
     )
-    .expect("write the controller's kubeconfig");
-    path
 }
 
 impl Controller {
@@ -123,26 +96,17 @@ impl Controller {
         let kubeconfig = controller_kubeconfig(plane);
         let dir = shipped_config(plane, &format!("controller-{}", settings.identity));
         let port = free_port();
-        let mut command = Command::new(&binaries().nicpolicy);
+        let mut command = nicpolicy_command("controller", &kubeconfig);
         command
-            .arg("controller")
             .arg("--config")
             .arg(dir.join("nicpolicy.yaml"))
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg(format!("--resync={}s", settings.resync.as_secs()))
             // Gather a change's burst briefly: the tests wait on results, not on time.
             .arg("--debounce=200ms")
-            .arg("--log-level=info,nicpolicy=debug")
             .args(&settings.args)
-            .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", &settings.identity)
-            .env("POD_NAMESPACE", NAMESPACE)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("RUST_LOG")
-            .env(
-                "NICPOLICY_CACHE_DIR",
-                std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
-            );
+            .env("POD_NAMESPACE", NAMESPACE);
         if settings.candidate {
             command
                 .arg("--candidate-config")

@@ -63,7 +63,7 @@ fn verdict(report: &Value, name: &str) -> Option<String> {
     result(report, name).and_then(|r| r["result"].as_str().map(str::to_string))
 }
 
-/// The Warning Events about `name` in `namespace`.
+/// The Events about `name` in `namespace`.
 async fn events_about(client: &kube::Client, namespace: &str, name: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     events
