@@ -949,3 +949,40 @@ fn refused_settings_name_the_file_and_the_nested_field() {
         "{err}"
     );
 }
+
+/// Runs nicpolicy with its stdout a pipe whose reader is already gone, as in
+/// `nicpolicy test ... | head -1` once head has its line.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+        .args(args)
+        .current_dir(workspace())
+        .env(
+            "NICPOLICY_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nicpolicy runs");
+    // Closed before nicpolicy has loaded its policy, so every write meets a closed pipe.
+    drop(child.stdout.take());
+    child.wait_with_output().expect("nicpolicy ends")
+}
+
+#[test]
+fn closed_stdout_ends_quietly_with_the_verdict_as_exit_code() {
+    let passed = with_closed_stdout(&["test", "--policy", "builtin:capvcd", "tests/cases/capvcd"]);
+    assert_eq!(passed.status.code(), Some(0), "{}", stderr(&passed));
+    assert!(!stderr(&passed).contains("panicked"), "{}", stderr(&passed));
+    let denied = with_closed_stdout(&[
+        "eval",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/invalid-machine.yaml",
+        "--inventory",
+        "examples/inventory.yaml",
+    ]);
+    assert_eq!(denied.status.code(), Some(1), "{}", stderr(&denied));
+    assert_eq!(stderr(&denied), "");
+}

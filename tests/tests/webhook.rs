@@ -1102,3 +1102,40 @@ async fn a_module_too_costly_to_compile_is_refused_on_reload_and_the_old_one_ser
     let (_, text) = server.get("/readyz").await;
     assert!(text.contains("generation 1"), "{text}");
 }
+
+#[test]
+fn flags_given_to_serve_still_win_after_a_reload() {
+    use nicpolicy::webhook::config::Overrides;
+    use nicpolicy::webhook::metrics::Metrics;
+    use nicpolicy::webhook::policies::ReloadState;
+    use nicpolicy::webhook::{Served, ServedPolicies};
+
+    let dir = scratch("reload-overrides");
+    let write = |timeout: &str| {
+        let text = format!(
+            "listen: 0.0.0.0:9443\npolicies:\n  VCDMachine:\n    - {{builtin: capvcd, timeout: {timeout}}}\n"
+        );
+        replace(&dir.join("nicpolicy.yaml"), text.as_bytes());
+    };
+    write("1s");
+    let mut config = ServeConfig::read(&dir.join("nicpolicy.yaml")).unwrap();
+    let listen: std::net::SocketAddr = "127.0.0.1:18443".parse().unwrap();
+    let clusters = ClusterSourceConfig::Static {
+        files: vec![workspace().join("examples/cluster.yaml")],
+    };
+    config.override_with(Overrides {
+        listen: Some(listen),
+        clusters: Some(clusters.clone()),
+    });
+    let host = Host::new(HostConfig::default()).unwrap();
+    let policies = ServedPolicies::new(Served::load(&host, config, 1).unwrap());
+    write("2s");
+    let reloaded = policies
+        .reload_if_changed(&host, &Metrics::new(), &mut ReloadState::default())
+        .unwrap();
+    assert!(reloaded);
+    let served = policies.get();
+    assert_eq!(served.generation, 2);
+    assert_eq!(served.config.listen, listen);
+    assert_eq!(served.config.clusters, clusters);
+}

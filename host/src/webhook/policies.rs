@@ -186,7 +186,9 @@ impl ServedPolicies {
             Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
             None => Ok(current.config.clone()),
         }
-        .and_then(|config| {
+        .and_then(|mut config| {
+            // Flags given to `serve` still win over the file.
+            config.override_with(current.config.overrides.clone());
             warn_restart_only(&current.config, &config);
             Served::load(host, config, current.generation + 1)
         });

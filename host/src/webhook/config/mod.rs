@@ -169,6 +169,18 @@ pub struct ServeConfig {
     pub reload_interval: Option<Duration>,
     /// Write the NIC plan to the `nicpolicy.io/nic-plan` annotation when mutating.
     pub nic_plan_annotation: bool,
+    /// Command-line flags that replace fields of the file; kept across reloads so a reload
+    /// applies them again (flags win over the file for the whole run).
+    pub overrides: Overrides,
+}
+
+/// Fields of the configuration given on the command line of `nicpolicy serve`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--clusters FILE...`.
+    pub clusters: Option<ClusterSourceConfig>,
 }
 
 /// Why a configuration could not be used. Every variant names the file and, where there is one,
@@ -234,7 +246,19 @@ impl ServeConfig {
             max_request_bytes: DEFAULTS.max_request_bytes,
             reload_interval: Some(DEFAULTS.reload_interval),
             nic_plan_annotation: DEFAULTS.nic_plan_annotation,
+            overrides: Overrides::default(),
         }
+    }
+
+    /// Replaces fields with the command line's `overrides` (and keeps them for reloads).
+    pub fn override_with(&mut self, overrides: Overrides) {
+        if let Some(listen) = overrides.listen {
+            self.listen = listen;
+        }
+        if let Some(clusters) = &overrides.clusters {
+            self.clusters = clusters.clone();
+        }
+        self.overrides = overrides;
     }
 
     /// Reads and checks a configuration file. Settings are checked later, when the policies
@@ -297,6 +321,7 @@ impl ServeConfig {
             nic_plan_annotation: raw
                 .nic_plan_annotation
                 .unwrap_or(DEFAULTS.nic_plan_annotation),
+            overrides: Overrides::default(),
         })
     }
 
