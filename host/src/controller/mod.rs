@@ -33,7 +33,7 @@ use axum::routing::get;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -404,6 +404,11 @@ impl Worker {
             if leading && !self.was_leading {
                 // Another replica may have written since: read the reports again.
                 self.written.clear();
+                if let Err(err) = self.read_reports().await {
+                    // Each namespace's report is then read when it is first evaluated; only
+                    // reports of namespaces emptied meanwhile are left until a later start.
+                    tracing::warn!(error = %err, "cannot list the PolicyReports written before");
+                }
                 everything = true;
             }
             self.was_leading = leading;
@@ -527,11 +532,48 @@ impl Worker {
     }
 
     fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
-            "policyreports",
-        );
-        Api::namespaced_with(self.client.clone(), namespace, &resource)
+        Api::namespaced_with(self.client.clone(), namespace, &report::resource())
+    }
+
+    /// Reads the reports written before (by an earlier process or another replica), a few at
+    /// a time: their digests, so unchanged ones are not written again; their failures, so
+    /// they are not announced again; their namespaces, so the report of a namespace emptied
+    /// meanwhile is deleted rather than left behind.
+    async fn read_reports(&mut self) -> Result<(), kube::Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &report::resource());
+        // Reports are up to a few hundred KiB each: small pages keep the listing small.
+        let mut params = ListParams::default().labels(report::SELECTOR).limit(10);
+        loop {
+            let page = api.list(&params).await?;
+            for existing in &page.items {
+                let namespace = existing.metadata.namespace.as_deref().unwrap_or("default");
+                let watched = self.options.namespaces.is_empty()
+                    || self.options.namespaces.iter().any(|n| n == namespace);
+                if existing.metadata.name.as_deref() == Some(report::REPORT_NAME) && watched {
+                    self.remember(namespace, existing);
+                }
+            }
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes in a report found in the cluster: its digest as the one written, its failures as
+    /// announced.
+    fn remember(&mut self, namespace: &str, existing: &DynamicObject) {
+        if let Some(gate) = self.gate.as_mut() {
+            seed_from_report(gate, namespace, &existing.data);
+        }
+        let found = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(report::FINGERPRINT_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        self.written.insert(namespace.to_string(), found);
     }
 
     /// Writes the namespace's PolicyReport when its results changed; deletes it when the
@@ -562,17 +604,7 @@ impl Worker {
         if !self.written.contains_key(namespace) {
             // First look since start (or since taking the lead): the report may be current.
             if let Some(existing) = api.get_opt(report::REPORT_NAME).await? {
-                if let Some(gate) = self.gate.as_mut() {
-                    seed_from_report(gate, namespace, &existing.data);
-                }
-                let found = existing
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(report::FINGERPRINT_ANNOTATION))
-                    .cloned()
-                    .unwrap_or_default();
-                self.written.insert(namespace.to_string(), found);
+                self.remember(namespace, &existing);
             }
         }
         if self.written.get(namespace) == Some(&built.fingerprint) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use nicpolicy_e2e::controller::{eventually, report_until, results_of, Settings};
+use nicpolicy_e2e::controller::{eventually, report, report_until, results_of, Settings};
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
 use nicpolicy_e2e::{shared, ControlPlane, Controller};
 use serde_json::{json, Value};
@@ -500,5 +500,50 @@ async fn the_controller_keeps_reporting_across_an_api_server_restart() {
         log.contains("watch error; retrying"),
         "the outage was noticed and retried:\n{}",
         controller.log_tail(30)
+    );
+}
+
+#[tokio::test]
+async fn the_report_of_a_namespace_emptied_while_stopped_is_deleted() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-emptied";
+    cluster_namespace(&kubectl, ns);
+    machine(
+        &client,
+        ns,
+        "audit-emptied-md-0-a",
+        ns,
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    let mut first = Controller::start(&plane, &Settings::single("emptied-a")).await;
+    report_until(&client, ns, REPORT_DEADLINE, &first, "the failure", |r| {
+        r["summary"]["fail"] == 1
+    })
+    .await;
+    first.stop();
+
+    // The last machine goes while no controller runs; the next one finds the report and
+    // removes it rather than leave a failure that no longer exists.
+    api(&client, ns, "VCDMachine")
+        .delete("audit-emptied-md-0-a", &Default::default())
+        .await
+        .expect("machine deleted");
+    let second = Controller::start(&plane, &Settings::single("emptied-b")).await;
+    let took = eventually(REPORT_DEADLINE, "the report deleted", || async {
+        report(&client, ns).await.is_none()
+    })
+    .await;
+    eprintln!(
+        "e2e: stale report deleted {:.1} s after start",
+        took.as_secs_f64()
+    );
+    assert!(
+        second
+            .metric(r#"nicpolicy_controller_report_writes_total{result="deleted"}"#)
+            .await
+            >= 1.0
     );
 }
