@@ -9,6 +9,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nicpolicy_e2e::controller::{eventually, report, report_until, results_of, Settings};
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
+use nicpolicy_e2e::webhook::edit_config;
 use nicpolicy_e2e::{shared, ControlPlane, Controller};
 use serde_json::{json, Value};
 
@@ -545,5 +546,57 @@ async fn the_report_of_a_namespace_emptied_while_stopped_is_deleted() {
             .metric(r#"nicpolicy_controller_report_writes_total{result="deleted"}"#)
             .await
             >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn a_policy_change_re_evaluates_every_namespace() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-reload";
+    cluster_namespace(&kubectl, ns);
+    let wide = ["storage-net", "workload-net", "backup-net"];
+    machine(&client, ns, "audit-reload-md-0-a", ns, &wide).await;
+    let controller = Controller::start(&plane, &Settings::single("reload")).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the machine passing",
+        |r| verdict(r, "audit-reload-md-0-a").as_deref() == Some("pass"),
+    )
+    .await;
+    let generation = controller
+        .metric("nicpolicy_controller_policy_generation")
+        .await;
+
+    // The site lowers its NIC limit in the configuration the controller shares with the
+    // webhook (hot-reloaded, as `serve` reloads it): the four-NIC machine now fails, with no
+    // change to any object.
+    edit_config(
+        &controller.dir,
+        "nicpolicy.yaml",
+        "maxNics: 6",
+        "maxNics: 3",
+    );
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the lower limit",
+        |r| verdict(r, "audit-reload-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    eprintln!("e2e: policy change reported in {:.1} s", took.as_secs_f64());
+    let a = result(&report, "audit-reload-md-0-a").expect("a");
+    assert_eq!(a["rule"], "TooMany", "{a}");
+    assert!(
+        controller
+            .metric("nicpolicy_controller_policy_generation")
+            .await
+            > generation
     );
 }
