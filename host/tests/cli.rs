@@ -547,6 +547,34 @@ fn review_answers_an_admission_review_from_a_file() {
 }
 
 #[test]
+fn review_honours_warn_mode_from_the_config() {
+    let config = scratch(
+        "warn-serve-config.yaml",
+        b"policies:\n  VCDMachine:\n    - {builtin: capvcd, mode: warn}\n",
+    );
+    let output = nicpolicy(&[
+        "review",
+        "--config",
+        &config,
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-invalid.json",
+        "--clusters",
+        "examples/cluster.yaml",
+    ]);
+    // Admitted: exit code 0, the would-be denials among the warnings.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(response["response"]["allowed"], true);
+    let warnings = response["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "nicpolicy (mode: warn): would be denied: spec.extraOvdcNetworks[2]: Duplicate value: [nicpolicy-capvcd]"
+        ),
+        "{warnings}"
+    );
+}
+
+#[test]
 fn review_refuses_bad_input_clearly() {
     let output = nicpolicy(&[
         "review",

@@ -41,6 +41,20 @@ pub struct ObjectId {
     pub uid: Option<String>,
 }
 
+#[cfg(test)]
+impl ObjectId {
+    /// A VCDMachine `name` in prod-eu1 read from no file.
+    pub(crate) fn worker_for_tests(name: &str) -> ObjectId {
+        ObjectId {
+            kind: "VCDMachine".into(),
+            namespace: "prod-eu1".into(),
+            name: name.into(),
+            source: None,
+            uid: None,
+        }
+    }
+}
+
 impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}/{}", self.kind, self.namespace, self.name)

@@ -145,13 +145,7 @@ mod tests {
                 .collect(),
         );
         Finding {
-            object: ObjectId {
-                kind: "VCDMachine".into(),
-                namespace: "prod-eu1".into(),
-                name: "prod-eu1-md-0-x7k2p".into(),
-                source: None,
-                uid: None,
-            },
+            object: ObjectId::worker_for_tests("prod-eu1-md-0-x7k2p"),
             cluster: None,
             result: if decision.allowed {
                 Verdict::Allowed

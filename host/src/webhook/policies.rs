@@ -77,7 +77,7 @@ impl Served {
         let mut chains = BTreeMap::new();
         for (kind, entries) in &config.policies {
             let specs: Vec<PolicySpec> = entries.iter().map(|entry| entry.spec.clone()).collect();
-            let chain = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
+            let loaded = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
                 config: config_label.clone(),
                 field: entries
                     .get(err.index)
@@ -86,6 +86,12 @@ impl Served {
                 module: err.label,
                 error: err.error,
             })?;
+            let chain = entries
+                .iter()
+                .enumerate()
+                .fold(loaded, |chain, (index, entry)| {
+                    chain.with_mode(index, entry.mode)
+                });
             chains.insert(*kind, chain);
         }
         let inventory = config

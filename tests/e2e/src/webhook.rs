@@ -308,16 +308,22 @@ impl Webhook {
             .success
     }
 
-    /// The sum of `nicpolicy_reviews_total` (0 when the process does not answer).
-    pub async fn reviews_answered(&self) -> u64 {
+    /// The text of `/metrics` (empty when the process does not answer).
+    pub async fn metrics(&self) -> String {
         let Some(http) = self.http.as_ref() else {
-            return 0;
+            return String::new();
         };
         let Ok(response) = http.get(self.url("/metrics")).send().await else {
-            return 0;
+            return String::new();
         };
-        let text = response.text().await.unwrap_or_default();
-        text.lines()
+        response.text().await.unwrap_or_default()
+    }
+
+    /// The sum of `nicpolicy_reviews_total` (0 when the process does not answer).
+    pub async fn reviews_answered(&self) -> u64 {
+        self.metrics()
+            .await
+            .lines()
             .filter(|line| line.starts_with("nicpolicy_reviews_total"))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
