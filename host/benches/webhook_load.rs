@@ -540,7 +540,11 @@ fn main() -> Result<()> {
         ("wasm-3-policies", built, &three, false),
     ];
     if let Some(baseline) = &options.baseline {
-        ensure!(baseline.is_file(), "--baseline {}: no such file", baseline.display());
+        ensure!(
+            baseline.is_file(),
+            "--baseline {}: no such file",
+            baseline.display()
+        );
         servers.push(("wasm (baseline)", baseline, &capvcd, false));
         servers.push(("native (baseline)", baseline, &capvcd, true));
     }

@@ -16,8 +16,13 @@
 //!   CAPVCD one) last; a validation-only policy plans none.
 //! - **`extraOvdcNetworks`**: the last list any policy wrote back (a policy that writes none
 //!   leaves the list it was given), so a mutation made early in the chain is not lost.
-//! - **Failures stop the chain**: the first [`EvalError`] ends the evaluation with a
-//!   [`ChainError`] naming the policy; later policies do not run.
+//! - **Failures stop the chain**: the first [`EvalError`] of an enforced policy ends the
+//!   evaluation with a [`ChainError`] naming the policy; later policies do not run.
+//! - **Warn-mode entries** ([`Mode::Warn`], see [`crate::mode`]) are evaluated in their place
+//!   but kept out of all of the above: their decisions (or failures) are in
+//!   [`ChainEvaluation::warned`], their rewrites of `extraOvdcNetworks` are not passed on, and a
+//!   failure of theirs does not stop the chain. Their messages always carry the `[name] `
+//!   prefix, even in a chain of one.
 //!
 //! Logs are kept per policy ([`ChainEvaluation::steps`]) and together in chain order
 //! ([`ChainEvaluation::logs`], prefixed like the messages).
@@ -30,6 +35,7 @@ use nicpolicy_plugin::{Decision, Request, Violation};
 use serde_json::Value;
 
 use crate::error::{EvalError, LoadError};
+use crate::mode::{Mode, AUDIT_PREFIX};
 use crate::policy::{Evaluation, LogLine, Policy};
 
 /// Loaded policies evaluated in order for each machine, combined into one decision (see the
@@ -38,6 +44,8 @@ use crate::policy::{Evaluation, LogLine, Policy};
 pub struct PolicyChain {
     /// Never empty: the constructors take a first policy.
     policies: Vec<Policy>,
+    /// The mode of each policy, same length.
+    modes: Vec<Mode>,
 }
 
 /// Why a chain produced no decision: one policy failed, and the chain stopped there.
@@ -81,11 +89,27 @@ pub struct Step {
     pub evaluation: Evaluation,
 }
 
+/// What a warn-mode entry of the chain did, kept out of the chain's decision.
+#[derive(Debug)]
+pub struct Warned {
+    /// The policy's name.
+    pub policy: String,
+    /// Its position in the chain, from 0.
+    pub index: usize,
+    /// Its decision (messages prefixed `[name] `) or why it failed.
+    pub evaluation: Result<Evaluation, EvalError>,
+    /// The `extraOvdcNetworks` it would have written, when they differ from the list it was
+    /// given.
+    pub would_write: Option<Vec<String>>,
+}
+
 /// The result of evaluating a chain.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ChainEvaluation {
-    /// The combined decision.
+    /// The combined decision of the enforced policies.
     pub decision: Decision,
+    /// The warn-mode policies' results, in chain order.
+    pub warned: Vec<Warned>,
     /// Every policy's log lines in chain order, prefixed with `[policy name] ` in a chain of two
     /// or more.
     pub logs: Vec<LogLine>,
@@ -104,6 +128,40 @@ impl ChainEvaluation {
             elapsed: self.elapsed,
         }
     }
+
+    /// The decision an audit reports: the warn-mode policies' violations count as well (each
+    /// message after [`AUDIT_PREFIX`]), and their NIC plan stands in when the enforced policies
+    /// planned none.
+    ///
+    /// # Errors
+    /// A [`ChainError`] for the first warn-mode policy that failed.
+    pub fn audited(self) -> Result<Decision, ChainError> {
+        // Every policy ran: the chain evaluated without an error.
+        let len = self.steps.len() + self.warned.len();
+        let mut decision = self.decision;
+        for warned in self.warned {
+            let evaluation = warned.evaluation.map_err(|error| ChainError {
+                policy: warned.policy,
+                index: warned.index,
+                len,
+                error,
+            })?;
+            let theirs = evaluation.decision;
+            decision.allowed &= theirs.allowed;
+            decision
+                .violations
+                .extend(theirs.violations.into_iter().map(|v| Violation {
+                    message: format!("{AUDIT_PREFIX}: {}", v.message),
+                    ..v
+                }));
+            decision.warnings.extend(theirs.warnings);
+            if decision.nics.is_empty() && !theirs.nics.is_empty() {
+                decision.nics = theirs.nics;
+                decision.vapp_networks = theirs.vapp_networks;
+            }
+        }
+        Ok(decision)
+    }
 }
 
 impl From<Policy> for PolicyChain {
@@ -117,18 +175,33 @@ impl PolicyChain {
     pub fn new(first: Policy) -> PolicyChain {
         PolicyChain {
             policies: vec![first],
+            modes: vec![Mode::Enforce],
         }
     }
 
     /// This chain with `next` evaluated after the policies already in it.
     pub fn then(mut self, next: Policy) -> PolicyChain {
-        self.policies.push(next);
+        self.push(next);
         self
     }
 
-    /// Appends `next` to the chain.
+    /// Appends `next` to the chain, enforced.
     pub fn push(&mut self, next: Policy) {
         self.policies.push(next);
+        self.modes.push(Mode::Enforce);
+    }
+
+    /// This chain with the policy at `index` in `mode` (an index past the end changes nothing).
+    pub fn with_mode(mut self, index: usize, mode: Mode) -> PolicyChain {
+        if let Some(slot) = self.modes.get_mut(index) {
+            *slot = mode;
+        }
+        self
+    }
+
+    /// The mode of each policy, in evaluation order.
+    pub fn modes(&self) -> &[Mode] {
+        &self.modes
     }
 
     /// The policies, in evaluation order (never empty).
@@ -144,9 +217,21 @@ impl PolicyChain {
 
     /// The policies' names in order, joined by ` -> `.
     pub fn name(&self) -> String {
+        self.names(|_| true)
+    }
+
+    /// The enforced policies' names in order, joined by ` -> `: the chain whose changes are
+    /// applied (the NIC plan annotation names it).
+    pub fn enforced_name(&self) -> String {
+        self.names(|mode| mode == Mode::Enforce)
+    }
+
+    fn names(&self, keep: impl Fn(Mode) -> bool) -> String {
         self.policies
             .iter()
-            .map(Policy::name)
+            .zip(&self.modes)
+            .filter(|(_, &mode)| keep(mode))
+            .map(|(policy, _)| policy.name())
             .collect::<Vec<_>>()
             .join(" -> ")
     }
@@ -159,6 +244,7 @@ impl PolicyChain {
                 .iter()
                 .map(|p| p.with_max_input_bytes(bytes))
                 .collect(),
+            modes: self.modes.clone(),
         }
     }
 
@@ -169,22 +255,22 @@ impl PolicyChain {
     pub fn with_first_settings(&self, settings: Value) -> Result<PolicyChain, LoadError> {
         let mut policies = self.policies.clone();
         policies[0] = self.first().with_settings(settings)?;
-        Ok(PolicyChain { policies })
+        Ok(PolicyChain {
+            policies,
+            modes: self.modes.clone(),
+        })
     }
 
     /// Evaluates every policy in order and combines their decisions.
     ///
     /// # Errors
-    /// A [`ChainError`] naming the first policy whose evaluation failed (see
+    /// A [`ChainError`] naming the first enforced policy whose evaluation failed (see
     /// [`Policy::evaluate`]); the policies after it do not run.
     pub fn evaluate(&self, request: &Request) -> Result<ChainEvaluation, ChainError> {
         let started = Instant::now();
-        if let [policy] = self.policies.as_slice() {
-            return evaluate_one(policy, request, started);
-        }
-        let attribute = self.policies.len() > 1;
-        let label = |name: &str, text: &str| {
-            if attribute {
+        let several = self.policies.len() > 1;
+        let label = |name: &str, text: &str, mode: Mode| {
+            if several || mode == Mode::Warn {
                 format!("[{name}] {text}")
             } else {
                 text.to_string()
@@ -199,9 +285,39 @@ impl PolicyChain {
         };
         let mut logs = Vec::new();
         let mut steps = Vec::with_capacity(self.policies.len());
-        for (index, policy) in self.policies.iter().enumerate() {
+        let mut warned = Vec::new();
+        for (index, (policy, &mode)) in self.policies.iter().zip(&self.modes).enumerate() {
             let name = policy.name();
-            let evaluation = policy.evaluate(&current).map_err(|error| ChainError {
+            let result = policy.evaluate(&current);
+            if mode == Mode::Warn {
+                let result = result.map(|mut evaluation| {
+                    let decision = &mut evaluation.decision;
+                    for v in &mut decision.violations {
+                        v.message = label(&name, &v.message, mode);
+                    }
+                    for w in &mut decision.warnings {
+                        *w = label(&name, w, mode);
+                    }
+                    logs.extend(evaluation.logs.iter().map(|line| LogLine {
+                        level: line.level,
+                        message: label(&name, &line.message, mode),
+                    }));
+                    evaluation
+                });
+                let would_write = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|e| e.decision.extra_ovdc_networks.clone())
+                    .filter(|list| *list != current.machine.extra_ovdc_networks);
+                warned.push(Warned {
+                    policy: name,
+                    index,
+                    evaluation: result,
+                    would_write,
+                });
+                continue;
+            }
+            let evaluation = result.map_err(|error| ChainError {
                 policy: name.clone(),
                 index,
                 len: self.policies.len(),
@@ -215,14 +331,14 @@ impl PolicyChain {
                 .extend(decision.violations.iter().map(|v| Violation {
                     field: v.field.clone(),
                     reason: v.reason,
-                    message: label(&name, &v.message),
+                    message: label(&name, &v.message, mode),
                 }));
             combined
                 .warnings
-                .extend(decision.warnings.iter().map(|w| label(&name, w)));
+                .extend(decision.warnings.iter().map(|w| label(&name, w, mode)));
             logs.extend(evaluation.logs.iter().map(|line| LogLine {
                 level: line.level,
-                message: label(&name, &line.message),
+                message: label(&name, &line.message, mode),
             }));
             combined.nics = decision.nics.clone();
             combined.vapp_networks = decision.vapp_networks.clone();
@@ -241,38 +357,12 @@ impl PolicyChain {
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,
+            warned,
             logs,
             steps,
             elapsed: started.elapsed(),
         })
     }
-}
-
-/// A chain of one: its policy's decision and logs pass through as they are (what the
-/// combination would give), without copying every message to label it.
-fn evaluate_one(
-    policy: &Policy,
-    request: &Request,
-    started: Instant,
-) -> Result<ChainEvaluation, ChainError> {
-    let evaluation = policy.evaluate(request).map_err(|error| ChainError {
-        policy: policy.name(),
-        index: 0,
-        len: 1,
-        error,
-    })?;
-    let decision = evaluation.decision.clone();
-    let logs = evaluation.logs.clone();
-    crate::stages::mark(crate::stages::Stage::Combine);
-    Ok(ChainEvaluation {
-        decision,
-        logs,
-        steps: vec![Step {
-            policy: policy.name(),
-            evaluation,
-        }],
-        elapsed: started.elapsed(),
-    })
 }
 
 // The tests chain the built-in CAPVCD policy with hand-written modules.
@@ -364,6 +454,26 @@ mod tests {
             .expect("test module loads")
     }
 
+    /// Denies listing workload-net second, and warns.
+    fn dmz_guard() -> Policy {
+        module(
+            "dmz-guard",
+            Ends::Returning(
+                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}],"warnings":["ext-dmz-net is being retired"]}"#,
+            ),
+        )
+    }
+
+    /// Allows, writing backup-net after the example's extra networks.
+    fn backup_defaults() -> Policy {
+        module(
+            "backup-defaults",
+            Ends::Returning(
+                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
+            ),
+        )
+    }
+
     /// The example worker: NIC 0 on mgmt-net, extras storage-net and workload-net.
     fn request() -> Request {
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -401,12 +511,7 @@ mod tests {
 
     #[test]
     fn later_policies_see_the_rewritten_extra_networks() {
-        let defaulting = module(
-            "backup-defaults",
-            Ends::Returning(
-                r#"{"allowed":true,"extraOvdcNetworks":["storage-net","workload-net","backup-net"]}"#,
-            ),
-        );
+        let defaulting = backup_defaults();
         let observer = module("observer", Ends::Returning(r#"{"allowed":true}"#));
         let chain = PolicyChain::new(defaulting).then(observer).then(capvcd());
         assert_eq!(
@@ -457,12 +562,7 @@ mod tests {
 
     #[test]
     fn violations_and_warnings_of_every_policy_are_attributed() {
-        let dmz = module(
-            "dmz-guard",
-            Ends::Returning(
-                r#"{"allowed":false,"violations":[{"field":"spec.extraOvdcNetworks[1]","reason":"Forbidden","message":"workload-net is reserved for tenants"}],"warnings":["ext-dmz-net is being retired"]}"#,
-            ),
-        );
+        let dmz = dmz_guard();
         // CAPVCD with maxNics 2 denies the example's three NICs.
         let capvcd = capvcd()
             .with_settings(json!({"maxNics": 2}))
@@ -550,6 +650,68 @@ mod tests {
             err.to_string().starts_with("policy sha256:"),
             "a module without metadata is named by digest: {err}"
         );
+    }
+
+    #[test]
+    fn warn_mode_entries_change_nothing_and_their_failures_stop_nothing() {
+        let defaulting = backup_defaults();
+        let dmz = dmz_guard();
+        let chain = PolicyChain::new(defaulting)
+            .then(dmz)
+            .then(module("broken-site-rules", Ends::Trapping))
+            .then(capvcd())
+            .with_mode(0, Mode::Warn)
+            .with_mode(1, Mode::Warn)
+            .with_mode(2, Mode::Warn);
+        assert_eq!(
+            chain.modes(),
+            [Mode::Warn, Mode::Warn, Mode::Warn, Mode::Enforce]
+        );
+        assert_eq!(chain.enforced_name(), "nicpolicy-capvcd");
+        let result = chain.evaluate(&request()).expect("the trap stops nothing");
+        // CAPVCD, enforced, saw and planned the list as written: the defaults were not applied.
+        assert!(result.decision.allowed && result.decision.violations.is_empty());
+        assert_eq!(
+            networks(&result.decision),
+            ["mgmt-net", "storage-net", "workload-net"]
+        );
+        assert_eq!(
+            result.decision.extra_ovdc_networks.as_deref(),
+            Some(&["storage-net", "workload-net"].map(String::from)[..])
+        );
+        let warned = &result.warned;
+        assert_eq!(warned.len(), 3);
+        assert_eq!(
+            warned[0].would_write.as_deref(),
+            Some(&["storage-net", "workload-net", "backup-net"].map(String::from)[..])
+        );
+        let dmz_decision = &warned[1].evaluation.as_ref().expect("decided").decision;
+        assert_eq!(
+            dmz_decision.violations[0].message,
+            "[dmz-guard] workload-net is reserved for tenants"
+        );
+        let failure = warned[2].evaluation.as_ref().expect_err("trapped");
+        assert_eq!(failure.kind(), "trap");
+
+        // An audit counts the warn-mode policies' findings, and their failures.
+        let err = result.audited().expect_err("a warn-mode policy failed");
+        assert_eq!(
+            (err.policy.as_str(), err.index, err.len),
+            ("broken-site-rules", 2, 4)
+        );
+        let audited = PolicyChain::new(capvcd())
+            .then(dmz_guard())
+            .with_mode(1, Mode::Warn)
+            .evaluate(&request())
+            .expect("evaluates")
+            .audited()
+            .expect("nothing failed");
+        assert!(!audited.allowed);
+        assert_eq!(
+            audited.violations[0].message,
+            format!("{AUDIT_PREFIX}: [dmz-guard] workload-net is reserved for tenants")
+        );
+        crate::policy::check_decision(&audited).expect("a coherent decision");
     }
 
     #[test]

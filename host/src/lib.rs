@@ -42,6 +42,8 @@
 //! - [`lifecycle::judge`]: how a decision becomes an answer that never blocks a cluster's
 //!   lifecycle (deletions, ratcheted updates, request faults, unknown clusters); the webhook,
 //!   `nicpolicy eval` and the case runner all answer through it.
+//! - [`Mode`] ([`mode`]): a chain entry enforced or in warn mode (violations as warnings, no
+//!   changes), the step between a candidate in the controller's shadow mode and enforcing it.
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
 //!   files, suites and JUnit reports), [`error`], [`stages`] (where an evaluation's or a
 //!   review's time goes, for benchmarks).
@@ -82,6 +84,7 @@ pub mod inspect;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
+pub mod mode;
 #[cfg(feature = "playground")]
 pub mod playground;
 pub mod policy;
@@ -95,6 +98,7 @@ pub use engine::{Host, HostConfig, HostError};
 pub use error::{EvalError, LoadError};
 pub use limits::Limits;
 pub use manifest::{ManifestError, RequestFiles};
+pub use mode::Mode;
 pub use nicpolicy_plugin as plugin;
 pub use policy::{Evaluation, LogLine, Policy, PolicyOptions};
 pub use spec::{ChainLoadError, ChainLoader, PolicySource, PolicySpec, SettingsSource};

@@ -19,12 +19,16 @@
 //!    as well, same field and reason, becomes a warning, and only new violations deny. A
 //!    decision with [`Decision::strict`] opts out.
 //!
+//! The warn-mode entries of a chain ([`crate::mode`]) are judged by the same rules, each on its
+//! own, so what is left of their violations is exactly what enforcing them would deny; a
+//! request-caused failure of theirs becomes such a would-be denial.
+//!
 //! Warnings made here start with one of the `*_PREFIX` constants, so users (and tests) can tell
 //! them apart from the policy's own.
 
 use nicpolicy_plugin::{Decision, Operation, Reason, Request, Violation};
 
-use crate::chain::{ChainError, ChainEvaluation};
+use crate::chain::{ChainError, ChainEvaluation, Warned};
 use crate::error::EvalError;
 use crate::policy::Evaluation;
 
@@ -41,6 +45,10 @@ pub trait Judged: Sized {
     fn decision_mut(&mut self) -> &mut Decision;
     /// An evaluation standing for `decision`, made by the host rather than a policy.
     fn from_decision(decision: Decision) -> Self;
+    /// The results of warn-mode policies, judged as if enforced (none outside a chain).
+    fn warned_mut(&mut self) -> &mut [Warned] {
+        &mut []
+    }
 }
 
 impl Judged for Evaluation {
@@ -65,10 +73,15 @@ impl Judged for ChainEvaluation {
     fn from_decision(decision: Decision) -> Self {
         ChainEvaluation {
             decision,
+            warned: Vec::new(),
             logs: Vec::new(),
             steps: Vec::new(),
             elapsed: std::time::Duration::ZERO,
         }
+    }
+
+    fn warned_mut(&mut self) -> &mut [Warned] {
+        &mut self.warned
     }
 }
 
@@ -100,53 +113,111 @@ pub fn judge<T: Judged, E: Failure>(
     request: &Request,
     evaluate: impl Fn(&Request) -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut evaluation = match evaluate(request) {
-        Ok(evaluation) => evaluation,
-        Err(failure) if request.machine.is_deleting() => {
-            return Ok(T::from_decision(Decision {
-                allowed: true,
-                warnings: vec![format!(
-                    "{DELETING_PREFIX}: the object was not checked: {failure}"
-                )],
-                ..Decision::default()
-            }))
+    let mut evaluation = settle(request, evaluate(request))?;
+    let mut ratchet = adjust(request, evaluation.decision_mut());
+    for warned in evaluation.warned_mut() {
+        if let Some(mut decision) = warned
+            .evaluation
+            .as_ref()
+            .err()
+            .and_then(|error| answered(request, error))
+        {
+            // Named like the warn-mode policy's own messages (see `crate::chain`).
+            let label = |text: &mut String| *text = format!("[{}] {text}", warned.policy);
+            decision
+                .violations
+                .iter_mut()
+                .for_each(|v| label(&mut v.message));
+            decision.warnings.iter_mut().for_each(label);
+            warned.evaluation = Ok(Evaluation::from_decision(decision));
         }
-        Err(failure) if caused_by_request(request, failure.eval_error()) => {
-            tracing::info!(error = %failure, "request too large for the policy: denied");
-            return Ok(T::from_decision(request_fault_denial(request, &failure)));
+        if let Ok(theirs) = &mut warned.evaluation {
+            ratchet |= adjust(request, &mut theirs.decision);
         }
-        Err(failure) => return Err(failure),
-    };
-    let decision = evaluation.decision_mut();
-    if decision.allowed {
-        return Ok(evaluation);
     }
-    if request.machine.is_deleting() {
-        downgrade(decision, DELETING_PREFIX, |_| true);
-        return Ok(evaluation);
-    }
-    if request.cluster_unknown {
-        downgrade(decision, CLUSTER_UNKNOWN_PREFIX, |v| {
-            v.field.starts_with("cluster.")
-        });
-    }
-    if decision.allowed || decision.strict || request.operation != Operation::Update {
+    if !ratchet {
         return Ok(evaluation);
     }
     let Some(stored) = request.baseline_request() else {
         return Ok(evaluation);
     };
     // The stored object is judged the same way; if that fails, nothing is known to pre-exist.
-    if let Ok(mut before) = evaluate(&stored) {
-        let before = before.decision_mut();
-        downgrade(decision, PREEXISTING_PREFIX, |v| {
-            before
-                .violations
-                .iter()
-                .any(|old| old.field == v.field && old.reason == v.reason)
-        });
+    let Ok(mut before) = evaluate(&stored) else {
+        return Ok(evaluation);
+    };
+    keep_new(evaluation.decision_mut(), before.decision_mut());
+    let earlier = before.warned_mut();
+    for warned in evaluation.warned_mut() {
+        let old = earlier.iter().find(|w| w.index == warned.index);
+        if let (Ok(now), Some(Ok(old))) = (&mut warned.evaluation, old.map(|w| &w.evaluation)) {
+            keep_new(&mut now.decision, &old.decision);
+        }
     }
     Ok(evaluation)
+}
+
+/// The result of an evaluation once a failure the host answers itself is answered; `Err` is
+/// left only for a failure of the policy or host.
+fn settle<T: Judged, E: Failure>(request: &Request, result: Result<T, E>) -> Result<T, E> {
+    match result {
+        Err(failure) => match answered(request, &failure) {
+            Some(decision) => Ok(T::from_decision(decision)),
+            None => Err(failure),
+        },
+        ok => ok,
+    }
+}
+
+/// The decision standing for `failure` when it is not the policy's or host's fault to report:
+/// on an object being deleted an allow with a warning, for a failure the request caused a
+/// denial.
+fn answered(request: &Request, failure: &dyn Failure) -> Option<Decision> {
+    if request.machine.is_deleting() {
+        return Some(Decision {
+            allowed: true,
+            warnings: vec![format!(
+                "{DELETING_PREFIX}: the object was not checked: {failure}"
+            )],
+            ..Decision::default()
+        });
+    }
+    if caused_by_request(request, failure.eval_error()) {
+        tracing::info!(error = %failure, "request too large for the policy: judged a denial");
+        return Some(request_fault_denial(request, failure));
+    }
+    None
+}
+
+/// Applies the rules that need only the request (deletion, unknown cluster) to a denying
+/// decision; `true` when it still denies and is to be ratcheted against the stored object.
+fn adjust(request: &Request, decision: &mut Decision) -> bool {
+    if decision.allowed {
+        return false;
+    }
+    if request.machine.is_deleting() {
+        downgrade(decision, DELETING_PREFIX, |_| true);
+        return false;
+    }
+    if request.cluster_unknown {
+        downgrade(decision, CLUSTER_UNKNOWN_PREFIX, |v| {
+            v.field.starts_with("cluster.")
+        });
+    }
+    !decision.allowed && !decision.strict && request.operation == Operation::Update
+}
+
+/// Ratchets a denying, non-strict decision: the violations the stored object's decision
+/// `before` has as well (same field and reason) become warnings.
+fn keep_new(decision: &mut Decision, before: &Decision) {
+    if decision.allowed || decision.strict {
+        return;
+    }
+    downgrade(decision, PREEXISTING_PREFIX, |v| {
+        before
+            .violations
+            .iter()
+            .any(|old| old.field == v.field && old.reason == v.reason)
+    });
 }
 
 /// Moves the violations `matches` picks into the warnings, each after `prefix`; the decision
@@ -349,6 +420,77 @@ mod tests {
             Err(EvalError::Timeout(std::time::Duration::from_millis(250)))
         };
         assert!(judge(&request, other).is_err());
+    }
+
+    /// A chain whose one policy, the CAPVCD rules, is in warn mode; `fails` makes it fail with
+    /// an input over its cap instead.
+    fn warn_mode_chain(fails: bool) -> impl Fn(&Request) -> Result<ChainEvaluation, ChainError> {
+        move |request: &Request| {
+            let evaluation = if fails {
+                Err(EvalError::InputTooLarge {
+                    size: 5000,
+                    limit: 2048,
+                })
+            } else {
+                native(request)
+            };
+            let mut chain = ChainEvaluation::from_decision(Decision {
+                allowed: true,
+                ..Decision::default()
+            });
+            chain.warned.push(Warned {
+                policy: "site-rules".into(),
+                index: 0,
+                evaluation,
+                would_write: None,
+            });
+            Ok(chain)
+        }
+    }
+
+    fn warned_decision(judged: &ChainEvaluation) -> &Decision {
+        &judged.warned[0]
+            .evaluation
+            .as_ref()
+            .expect("judged")
+            .decision
+    }
+
+    #[test]
+    fn warn_mode_policies_are_judged_as_if_enforced() {
+        // A stored violation kept by an UPDATE: enforcing would not deny it, so no would-be
+        // denial either.
+        let request = update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "storage-net", "mgmt-net"],
+        );
+        let judged = judge(&request, warn_mode_chain(false)).unwrap();
+        assert!(judged.decision.allowed);
+        let theirs = warned_decision(&judged);
+        assert_eq!(
+            testing::violation_fields(theirs),
+            [("spec.extraOvdcNetworks[2]", Reason::Duplicate)]
+        );
+        assert!(theirs.warnings[0].starts_with(PREEXISTING_PREFIX));
+
+        // Being deleted: nothing would be denied.
+        let mut deleting = request.clone();
+        deleting.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
+        let judged = judge(&deleting, warn_mode_chain(false)).unwrap();
+        assert!(warned_decision(&judged).allowed);
+
+        // A request too large for the warn-mode policy: a would-be denial named after it,
+        // while the chain's own decision still allows.
+        let judged = judge(&testing::worker(&["storage-net"]), warn_mode_chain(true)).unwrap();
+        assert!(judged.decision.allowed);
+        let theirs = warned_decision(&judged);
+        assert!(!theirs.allowed);
+        assert!(
+            theirs.violations[0]
+                .message
+                .starts_with("[site-rules] the request is too large"),
+            "{theirs:?}"
+        );
     }
 
     #[test]

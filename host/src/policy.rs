@@ -696,6 +696,9 @@ mod tests {
             networks: vec![network("workload-net")],
         });
         assert_eq!(ours(&request), plain(&request));
-        assert_eq!(ours(&request)["inventory"]["networks"][0]["name"], "workload-net");
+        assert_eq!(
+            ours(&request)["inventory"]["networks"][0]["name"],
+            "workload-net"
+        );
     }
 }

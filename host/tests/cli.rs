@@ -547,6 +547,34 @@ fn review_answers_an_admission_review_from_a_file() {
 }
 
 #[test]
+fn review_honours_warn_mode_from_the_config() {
+    let config = scratch(
+        "warn-serve-config.yaml",
+        b"policies:\n  VCDMachine:\n    - {builtin: capvcd, mode: warn}\n",
+    );
+    let output = nicpolicy(&[
+        "review",
+        "--config",
+        &config,
+        "--request",
+        "tests/fixtures/admission/vcdmachine-create-invalid.json",
+        "--clusters",
+        "examples/cluster.yaml",
+    ]);
+    // Admitted: exit code 0, the would-be denials among the warnings.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(response["response"]["allowed"], true);
+    let warnings = response["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "nicpolicy (mode: warn): would be denied: spec.extraOvdcNetworks[2]: Duplicate value: [nicpolicy-capvcd]"
+        ),
+        "{warnings}"
+    );
+}
+
+#[test]
 fn review_refuses_bad_input_clearly() {
     let output = nicpolicy(&[
         "review",
@@ -948,4 +976,41 @@ fn refused_settings_name_the_file_and_the_nested_field() {
             && err.contains("networks.storage-net: unknown field `ipAllocationMod`"),
         "{err}"
     );
+}
+
+/// Runs nicpolicy with its stdout a pipe whose reader is already gone, as in
+/// `nicpolicy test ... | head -1` once head has its line.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+        .args(args)
+        .current_dir(workspace())
+        .env(
+            "NICPOLICY_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nicpolicy runs");
+    // Closed before nicpolicy has loaded its policy, so every write meets a closed pipe.
+    drop(child.stdout.take());
+    child.wait_with_output().expect("nicpolicy ends")
+}
+
+#[test]
+fn closed_stdout_ends_quietly_with_the_verdict_as_exit_code() {
+    let passed = with_closed_stdout(&["test", "--policy", "builtin:capvcd", "tests/cases/capvcd"]);
+    assert_eq!(passed.status.code(), Some(0), "{}", stderr(&passed));
+    assert!(!stderr(&passed).contains("panicked"), "{}", stderr(&passed));
+    let denied = with_closed_stdout(&[
+        "eval",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/invalid-machine.yaml",
+        "--inventory",
+        "examples/inventory.yaml",
+    ]);
+    assert_eq!(denied.status.code(), Some(1), "{}", stderr(&denied));
+    assert_eq!(stderr(&denied), "");
 }

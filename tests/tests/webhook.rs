@@ -528,7 +528,10 @@ async fn a_policy_that_times_out_follows_the_failure_mode() {
             "{text}"
         );
         let (_, metrics) = server.get("/metrics").await;
-        assert!(metrics.contains(r#"error="timeout"} 1"#), "{metrics}");
+        assert!(
+            metrics.contains(r#"error="timeout",mode="enforce"} 1"#),
+            "{metrics}"
+        );
         // The server still answers probes while policies fail.
         assert_eq!(server.get("/healthz").await.0, 200);
     }
@@ -1101,4 +1104,232 @@ async fn a_module_too_costly_to_compile_is_refused_on_reload_and_the_old_one_ser
     assert_eq!(warnings(&response), ["version-a"]);
     let (_, text) = server.get("/readyz").await;
     assert!(text.contains("generation 1"), "{text}");
+}
+
+/// The site rules (the role-based policy) for VCDMachines in `mode` in front of the CAPVCD
+/// policy, enforced; the shipped inventory.
+fn site_rules_then_capvcd(dir: &Path, mode: &str) -> ServeConfig {
+    let text = format!(
+        "inventory: {}
+clusters: {{source: Static, files: [{}]}}
+policies:
+  VCDMachine:
+    - builtin: role-based
+      mode: {mode}
+      settings:
+        controlPlane: {{required: [mgmt-net], allowed: [storage-net, backup-net]}}
+        worker: {{allowed: [storage-net, workload-net, backup-net, ext-dmz-net], defaults: [storage-net, workload-net]}}
+    - builtin: capvcd
+",
+        workspace().join("config/nicpolicy/inventory.yaml").display(),
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), text).expect("write config");
+    ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("config is valid")
+}
+
+/// The response `app` gives to `review` at `endpoint`, without a server.
+fn answer(app: &App, endpoint: Endpoint, review: &Value) -> Value {
+    let body = serde_json::to_vec(review).expect("JSON");
+    let answer = app.reviewer().review(endpoint, M, &body);
+    assert_eq!(
+        answer.http_status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let body: Value = serde_json::from_slice(&answer.body).expect("JSON answer");
+    body["response"].clone()
+}
+
+fn static_clusters(config: &ServeConfig) -> Arc<StaticClusters> {
+    let ClusterSourceConfig::Static { files } = &config.clusters else {
+        panic!("tests use static clusters");
+    };
+    Arc::new(StaticClusters::read(files).expect("cluster files"))
+}
+
+const WOULD_DENY: &str = "nicpolicy (mode: warn): would be denied: ";
+
+#[test]
+fn warn_mode_policies_warn_and_change_nothing_while_enforced_ones_deny() {
+    let dir = scratch("warn-mode");
+    let host = host();
+    let config = site_rules_then_capvcd(&dir, "warn");
+    let clusters = static_clusters(&config);
+    let app = App::new(host.clone(), config, clusters).expect("policies load");
+
+    // A control-plane machine on workload-net: the site rules would deny it, CAPVCD allows.
+    let mut control_plane = fixture("vcdmachine-create-worker");
+    let object = &mut control_plane["request"]["object"];
+    object["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
+    object["spec"]["extraOvdcNetworks"] = json!(["workload-net"]);
+    let response = answer(&app, Endpoint::Validate, &control_plane);
+    assert_eq!(response["allowed"], true, "{response}");
+    let said = warnings(&response);
+    assert!(
+        said.iter().any(|w| w.starts_with(&format!(
+            "{WOULD_DENY}spec.extraOvdcNetworks[0]: Unsupported value: [nicpolicy-role-based] "
+        ))),
+        "{said:?}"
+    );
+    let metrics = app.reviewer().metrics().encode();
+    assert!(
+        metrics.contains(r#"nicpolicy_warned_violations_total{kind="VCDMachine",policy="nicpolicy-role-based",reason="NotSupported"} 1"#),
+        "{metrics}"
+    );
+
+    // A worker listing nothing: the site's defaults are not written, only announced; the plan
+    // is CAPVCD's, of the list as it stands.
+    let review = fixture("vcdmachine-create-worker-defaults");
+    let response = answer(&app, Endpoint::Mutate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    let patched = apply_patch(&review, &response);
+    assert!(
+        patched["spec"].get("extraOvdcNetworks").is_none(),
+        "{patched}"
+    );
+    assert_eq!(plan_networks(&patched), ["mgmt-net"]);
+    let plan = patched["metadata"]["annotations"][nicpolicy::webhook::NIC_PLAN_ANNOTATION]
+        .as_str()
+        .expect("NIC plan annotation");
+    assert!(
+        plan.starts_with(r#"{"policy":"nicpolicy-capvcd","#),
+        "named after the enforced policy alone: {plan}"
+    );
+    let said = warnings(&response);
+    assert!(
+        said.contains(&"nicpolicy (mode: warn): not applied: [nicpolicy-role-based] would set spec.extraOvdcNetworks to [storage-net, workload-net]".to_string()),
+        "{said:?}"
+    );
+
+    // CAPVCD, enforced, still denies what it finds; the site rule's finding stays a warning.
+    let response = answer(
+        &app,
+        Endpoint::Validate,
+        &fixture("vcdmachine-create-invalid"),
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    let found = causes(&response);
+    assert!(
+        found.contains(&(
+            "spec.extraOvdcNetworks[2]".to_string(),
+            "FieldValueDuplicate".to_string()
+        )),
+        "{found:?}"
+    );
+    assert!(
+        !found
+            .iter()
+            .any(|(_, reason)| reason == "FieldValueNotSupported"),
+        "{found:?}"
+    );
+    assert!(
+        warnings(&response).iter().any(|w| w.starts_with(&format!(
+            "{WOULD_DENY}spec.extraOvdcNetworks[4]: Unsupported value"
+        ))),
+        "{response}"
+    );
+
+    // Switching the file to enforce is picked up by the reload: the same machine is denied.
+    site_rules_then_capvcd(&dir, "enforce");
+    let reloaded = app
+        .reviewer()
+        .policies()
+        .reload_if_changed(&host, app.reviewer().metrics(), &mut Default::default())
+        .expect("reloads");
+    assert!(reloaded);
+    let response = answer(&app, Endpoint::Validate, &control_plane);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        causes(&response),
+        [(
+            "spec.extraOvdcNetworks[0]".to_string(),
+            "FieldValueNotSupported".to_string()
+        )]
+    );
+}
+
+#[test]
+fn a_failing_warn_mode_policy_denies_nothing_and_skips_no_enforced_check() {
+    let dir = scratch("warn-mode-failure");
+    std::fs::write(dir.join("loop.wasm"), looping()).expect("write module");
+    let text = format!(
+        "onPolicyFailure: Deny\npolicies:\n  VCDMachine:\n    - {{path: loop.wasm, timeout: 50ms, mode: warn}}\n    - {{builtin: capvcd}}\nclusters: {{source: Static, files: [{}]}}\n",
+        workspace().join("examples/cluster.yaml").display()
+    );
+    std::fs::write(dir.join("nicpolicy.yaml"), &text).expect("write config");
+    let config = ServeConfig::read(&dir.join("nicpolicy.yaml")).expect("config is valid");
+    let clusters = static_clusters(&config);
+    let app = App::new(host(), config, clusters).expect("policies load");
+
+    // Failed under onPolicyFailure: Deny, and yet admitted: a warn-mode policy denies nothing.
+    let response = answer(
+        &app,
+        Endpoint::Validate,
+        &fixture("vcdmachine-create-worker"),
+    );
+    assert_eq!(response["allowed"], true, "{response}");
+    let said = warnings(&response).join("\n");
+    assert!(
+        said.starts_with("nicpolicy (mode: warn): not checked: policy ")
+            && said.contains("exceeded its time limit of 50ms"),
+        "{said}"
+    );
+    // The enforced policy after it still runs and denies.
+    let response = answer(
+        &app,
+        Endpoint::Validate,
+        &fixture("vcdmachine-create-invalid"),
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        causes(&response).contains(&(
+            "spec.extraOvdcNetworks[2]".to_string(),
+            "FieldValueDuplicate".to_string()
+        )),
+        "{response}"
+    );
+    let metrics = app.reviewer().metrics().encode();
+    assert!(
+        metrics.contains(r#"error="timeout",mode="warn"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn flags_given_to_serve_still_win_after_a_reload() {
+    use nicpolicy::webhook::config::Overrides;
+    use nicpolicy::webhook::metrics::Metrics;
+    use nicpolicy::webhook::policies::ReloadState;
+    use nicpolicy::webhook::{Served, ServedPolicies};
+
+    let dir = scratch("reload-overrides");
+    let write = |timeout: &str| {
+        let text = format!(
+            "listen: 0.0.0.0:9443\npolicies:\n  VCDMachine:\n    - {{builtin: capvcd, timeout: {timeout}}}\n"
+        );
+        replace(&dir.join("nicpolicy.yaml"), text.as_bytes());
+    };
+    write("1s");
+    let mut config = ServeConfig::read(&dir.join("nicpolicy.yaml")).unwrap();
+    let listen: std::net::SocketAddr = "127.0.0.1:18443".parse().unwrap();
+    let clusters = ClusterSourceConfig::Static {
+        files: vec![workspace().join("examples/cluster.yaml")],
+    };
+    config.override_with(Overrides {
+        listen: Some(listen),
+        clusters: Some(clusters.clone()),
+    });
+    let host = Host::new(HostConfig::default()).unwrap();
+    let policies = ServedPolicies::new(Served::load(&host, config, 1).unwrap());
+    write("2s");
+    let reloaded = policies
+        .reload_if_changed(&host, &Metrics::new(), &mut ReloadState::default())
+        .unwrap();
+    assert!(reloaded);
+    let served = policies.get();
+    assert_eq!(served.generation, 2);
+    assert_eq!(served.config.listen, listen);
+    assert_eq!(served.config.clusters, clusters);
 }

@@ -147,7 +147,7 @@ pub fn run(
             }
         }
     };
-    print!("{text}");
+    super::out::print(&text)?;
     if let Some(path) = &args.junit {
         std::fs::write(path, junit_report(&findings, started.elapsed()))
             .with_context(|| format!("{}: cannot write the JUnit report", path.display()))
@@ -258,7 +258,7 @@ pub fn eval_many(
         Format::Json => serde_json::to_string_pretty(&findings).map_err(usage)? + "\n",
         Format::Yaml => serde_yaml_ng::to_string(&findings).map_err(usage)?,
     };
-    print!("{text}");
+    super::out::print(&text)?;
     Ok(summary.exit_code())
 }
 

@@ -98,7 +98,7 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
         Format::Json => serde_json::to_string_pretty(decision).map_err(usage)? + "\n",
         Format::Yaml => serde_yaml_ng::to_string(decision).map_err(usage)?,
     };
-    print!("{text}");
+    super::out::print(&text)?;
     Ok(if decision.allowed { 0 } else { exit::DENIED })
 }
 

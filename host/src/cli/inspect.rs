@@ -48,7 +48,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             }
         }
     };
-    print!("{text}");
+    super::out::print(&text)?;
     match abi_check {
         Ok(()) => Ok(0),
         Err(err) => Err(usage(

@@ -30,11 +30,11 @@ pub struct PlaygroundArgs {
 pub fn run(args: PlaygroundArgs) -> Result<u8, Failure> {
     if let Some(dir) = args.out {
         let written = playground::write_to(&dir).map_err(usage)?;
-        println!(
+        super::out::println(&format!(
             "wrote the playground ({written} files) to {}; serve that directory over HTTP \
              (browsers do not run WebAssembly modules from file:// pages)",
             dir.display()
-        );
+        ))?;
         return Ok(0);
     }
     // A port that cannot be had is a usage error; the server failing later is a run-time one.
@@ -54,7 +54,10 @@ fn serve(listener: std::net::TcpListener) -> Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        println!("Serving the nicpolicy playground on http://{address}/ (Ctrl-C to stop)");
+        super::out::println(&format!(
+            "Serving the nicpolicy playground on http://{address}/ (Ctrl-C to stop)"
+        ))
+        .map_err(|failure| failure.error)?;
         let app = axum::Router::new().fallback(serve_file);
         axum::serve(listener, app)
             .with_graceful_shutdown(async {

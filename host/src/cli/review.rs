@@ -57,10 +57,7 @@ pub fn run(args: ReviewArgs) -> Result<u8, Failure> {
     let body = serde_json::to_vec(&value).map_err(usage)?;
     let answer = app.reviewer().review(endpoint, kind, &body);
     let response: serde_json::Value = serde_json::from_slice(&answer.body).map_err(runtime)?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&response).map_err(runtime)?
-    );
+    super::out::println(&serde_json::to_string_pretty(&response).map_err(runtime)?)?;
     let status = |field: &str| {
         response
             .pointer(&format!("/response/status/{field}"))

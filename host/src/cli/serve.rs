@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
-use nicpolicy::webhook::config::{ClusterSourceConfig, ServeConfig, TlsFiles};
+use nicpolicy::webhook::config::{ClusterSourceConfig, Overrides, ServeConfig, TlsFiles};
 use nicpolicy::webhook::{server, tls, App, ClusterSource, KubeClusters, Server, StaticClusters};
 use nicpolicy::{Host, HostConfig};
 
@@ -115,14 +115,12 @@ pub(super) fn host_for(config: &ServeConfig) -> Result<Host, Failure> {
 pub fn run(args: ServeArgs) -> Result<u8, Failure> {
     init_logging(&args.logging).map_err(usage)?;
     let mut config = read_config(args.config.as_ref()).map_err(usage)?;
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if !args.clusters.is_empty() {
-        config.clusters = ClusterSourceConfig::Static {
+    config.override_with(Overrides {
+        listen: args.listen,
+        clusters: (!args.clusters.is_empty()).then(|| ClusterSourceConfig::Static {
             files: args.clusters.clone(),
-        };
-    }
+        }),
+    });
     if config.tls.is_none() && !args.tls_self_signed {
         return Err(usage(anyhow!("no serving certificate: set tls.certFile and tls.keyFile in the configuration, or pass --tls-self-signed for local use")));
     }

@@ -7,7 +7,7 @@ use nicpolicy::cases::{self, junit, CaseReport, Outcome, Report};
 use nicpolicy::SettingsSource;
 
 use super::policy_args::{load_chain, policy_specs, PolicyArgs, Positions};
-use super::{usage, Failure};
+use super::{out, usage, Failure};
 use crate::exit;
 
 #[derive(clap::Args)]
@@ -49,33 +49,47 @@ pub fn run(args: TestArgs, positions: &Positions) -> Result<u8, Failure> {
         )));
     }
     let chain = load_chain(&args.policy, &specs, false)?;
-    println!("running {} cases against {}", paths.len(), chain.name());
+    out::println(&format!(
+        "running {} cases against {}",
+        paths.len(),
+        chain.name()
+    ))?;
+    // Progress streams case by case; a write failure stops further output and is returned
+    // after the run.
+    let mut write_failure = None;
     let report = Report::run(&paths, &chain, |case| {
         let verdict = if case.passed() { "ok" } else { "FAILED" };
-        println!("case {} ... {verdict}", case.name());
+        if let Err(failure) = out::println(&format!("case {} ... {verdict}", case.name())) {
+            write_failure.get_or_insert(failure);
+        }
     });
+    if let Some(failure) = write_failure {
+        return Err(failure);
+    }
     let failures: Vec<&CaseReport> = report.failures().collect();
+    let mut text = String::new();
     if !failures.is_empty() {
-        println!("\nfailures:");
+        text.push_str("\nfailures:\n");
         for case in &failures {
             if let Outcome::Failed { mismatches, actual } = &case.outcome {
-                println!("\n---- {} ----", case.path.display());
+                text.push_str(&format!("\n---- {} ----\n", case.path.display()));
                 for m in mismatches {
-                    println!("  - {m}");
+                    text.push_str(&format!("  - {m}\n"));
                 }
-                println!("  actual:");
+                text.push_str("  actual:\n");
                 for line in actual.lines() {
-                    println!("    {line}");
+                    text.push_str(&format!("    {line}\n"));
                 }
             }
         }
-        println!();
+        text.push('\n');
     }
-    println!(
-        "{} passed, {} failed",
+    text.push_str(&format!(
+        "{} passed, {} failed\n",
         report.cases.len() - failures.len(),
         failures.len()
-    );
+    ));
+    out::print(&text)?;
     if let Some(junit) = &args.junit {
         std::fs::write(junit, junit::report(&report))
             .with_context(|| format!("{}: cannot write the JUnit report", junit.display()))

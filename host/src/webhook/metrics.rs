@@ -4,7 +4,8 @@
 //! |---|---|---|
 //! | `nicpolicy_reviews_total` | `kind`, `endpoint`, `result` | answered reviews; `result` is `allowed`, `patched`, `denied` or `error` |
 //! | `nicpolicy_evaluation_duration_seconds` | `kind`, `policy` | histogram of one policy's evaluation (instantiation included) |
-//! | `nicpolicy_policy_failures_total` | `policy`, `error` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ... |
+//! | `nicpolicy_policy_failures_total` | `policy`, `error`, `mode` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ...; `mode` `warn` for a warn-mode policy (it denied nothing) |
+//! | `nicpolicy_warned_violations_total` | `kind`, `policy`, `reason` | violations of warn-mode policies: admitted with a warning, enforcing would deny |
 //! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`; and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
 //! | `nicpolicy_policy_reloads_total` | `result` | configuration reloads: `success` or `failure` |
 //! | `nicpolicy_policy_load_failures_total` | | policy (re)loads refused: the old policies kept serving |
@@ -45,6 +46,19 @@ pub struct FailureLabels {
     pub policy: String,
     /// [`crate::EvalError::kind`].
     pub error: String,
+    /// `enforce` or `warn`.
+    pub mode: String,
+}
+
+/// Labels of `nicpolicy_warned_violations_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WarnedLabels {
+    /// VCDMachine or VCDMachineTemplate.
+    pub kind: String,
+    /// The warn-mode policy's name.
+    pub policy: String,
+    /// The violation's reason, like `Duplicate`.
+    pub reason: String,
 }
 
 /// A single `reason` label.
@@ -70,6 +84,8 @@ pub struct Metrics {
     pub evaluation_seconds: Family<PolicyLabels, Histogram>,
     /// Run-time failures per policy and error kind.
     pub policy_failures: Family<FailureLabels, Counter>,
+    /// Violations of warn-mode policies, admitted with a warning.
+    pub warned_violations: Family<WarnedLabels, Counter>,
     /// Requests answered without an evaluation.
     pub rejected: Family<ReasonLabels, Counter>,
     /// Configuration reloads.
@@ -98,6 +114,7 @@ impl Metrics {
             (|| Histogram::new(exponential_buckets(1e-5, 2.5, 15))) as fn() -> Histogram,
         );
         let policy_failures = Family::<FailureLabels, Counter>::default();
+        let warned_violations = Family::<WarnedLabels, Counter>::default();
         let rejected = Family::<ReasonLabels, Counter>::default();
         let reloads = Family::<ResultLabels, Counter>::default();
         let load_failures = Counter::default();
@@ -113,6 +130,11 @@ impl Metrics {
             "policy_failures",
             "Policy evaluations that failed at run time, by error kind",
             policy_failures.clone(),
+        );
+        registry.register(
+            "warned_violations",
+            "Violations of warn-mode policies: admitted with a warning, enforcing would deny",
+            warned_violations.clone(),
         );
         registry.register(
             "requests_rejected",
@@ -144,6 +166,7 @@ impl Metrics {
             reviews,
             evaluation_seconds,
             policy_failures,
+            warned_violations,
             rejected,
             reloads,
             load_failures,
@@ -157,6 +180,17 @@ impl Metrics {
         self.rejected
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a run-time failure of `policy` in `mode`.
+    pub fn policy_failed(&self, policy: &str, error: &crate::EvalError, mode: crate::Mode) {
+        self.policy_failures
+            .get_or_create(&FailureLabels {
+                policy: policy.to_string(),
+                error: error.kind().to_string(),
+                mode: mode.as_str().to_string(),
             })
             .inc();
     }

@@ -12,6 +12,7 @@
 //! - [`server`]: HTTPS routes, the bounded evaluation pool, probes, graceful shutdown.
 //! - [`tls`]: certificate files and their rotation, self-signed certificates.
 //! - [`metrics`]: Prometheus metrics.
+//! - `warned`: the warnings, metrics and logs of warn-mode policies ([`crate::mode`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -42,6 +43,7 @@ pub mod policies;
 pub mod review;
 pub mod server;
 pub mod tls;
+mod warned;
 
 pub use admission::Answer;
 pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};

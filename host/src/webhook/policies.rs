@@ -77,7 +77,7 @@ impl Served {
         let mut chains = BTreeMap::new();
         for (kind, entries) in &config.policies {
             let specs: Vec<PolicySpec> = entries.iter().map(|entry| entry.spec.clone()).collect();
-            let chain = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
+            let loaded = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
                 config: config_label.clone(),
                 field: entries
                     .get(err.index)
@@ -86,6 +86,12 @@ impl Served {
                 module: err.label,
                 error: err.error,
             })?;
+            let chain = entries
+                .iter()
+                .enumerate()
+                .fold(loaded, |chain, (index, entry)| {
+                    chain.with_mode(index, entry.mode)
+                });
             chains.insert(*kind, chain);
         }
         let inventory = config
@@ -186,7 +192,9 @@ impl ServedPolicies {
             Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
             None => Ok(current.config.clone()),
         }
-        .and_then(|config| {
+        .and_then(|mut config| {
+            // Flags given to `serve` still win over the file.
+            config.override_with(current.config.overrides.clone());
             warn_restart_only(&current.config, &config);
             Served::load(host, config, current.generation + 1)
         });

@@ -23,9 +23,10 @@ use super::admission::{
 };
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
 use super::config::{FailureMode, UnknownClusterMode};
-use super::metrics::{FailureLabels, Metrics, PolicyLabels, ReviewLabels};
+use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
+use super::warned;
 use crate::{ChainError, ChainEvaluation};
 use nicpolicy_plugin::objects::{machine_from_object, CAPVCD_GROUP};
 
@@ -455,6 +456,7 @@ impl Reviewer {
                 stages::mark(Stage::Rules);
                 Ok(ChainEvaluation {
                     decision,
+                    warned: Vec::new(),
                     logs: Vec::new(),
                     steps: Vec::new(),
                     elapsed: started.elapsed(),
@@ -470,15 +472,21 @@ impl Reviewer {
             Ok(evaluation) => evaluation,
             Err(err) => return self.policy_failed(&job, err),
         };
-        for step in &evaluation.steps {
+        let timed = evaluation.steps.iter().map(|s| (&s.policy, &s.evaluation));
+        let warned_timed = evaluation
+            .warned
+            .iter()
+            .filter_map(|w| Some((&w.policy, w.evaluation.as_ref().ok()?)));
+        for (policy, step) in timed.chain(warned_timed) {
             self.metrics
                 .evaluation_seconds
                 .get_or_create(&PolicyLabels {
                     kind: job.kind.as_str().to_string(),
-                    policy: step.policy.clone(),
+                    policy: policy.clone(),
                 })
-                .observe(step.evaluation.elapsed.as_secs_f64());
+                .observe(step.elapsed.as_secs_f64());
         }
+        warned::count_failures(&evaluation, &self.metrics, &job.display);
         stages::mark(Stage::Metrics);
         for line in &evaluation.logs {
             tracing::debug!(machine = %job.display, level = ?line.level, "policy: {}", line.message);
@@ -486,18 +494,13 @@ impl Reviewer {
         stages::mark(Stage::Logging);
         match job.endpoint {
             Endpoint::Validate => self.validated(&job, &evaluation),
-            Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.name()),
+            Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.enforced_name()),
         }
     }
 
     fn policy_failed(&self, job: &Job, err: ChainError) -> Answer {
         self.metrics
-            .policy_failures
-            .get_or_create(&FailureLabels {
-                policy: err.policy.clone(),
-                error: err.error.kind().to_string(),
-            })
-            .inc();
+            .policy_failed(&err.policy, &err.error, crate::Mode::Enforce);
         tracing::warn!(machine = %job.display, uid = %job.request.uid, error = %err, "policy failed");
         failure_answer(
             &job.request,
@@ -513,6 +516,12 @@ impl Reviewer {
         let decision = &evaluation.decision;
         let mut warnings = job.warnings.clone();
         warnings.extend(decision.warnings.iter().cloned());
+        warnings.extend(warned::validation_warnings(
+            job.kind,
+            &job.display,
+            evaluation,
+            &self.metrics,
+        ));
         if decision.allowed {
             stages::mark(Stage::Patch);
             return allow(&job.request, None, warnings, &job.served);
@@ -535,8 +544,11 @@ impl Reviewer {
         if !decision.allowed {
             return allow(&job.request, None, Vec::new(), &job.served);
         }
-        // Without the cluster NIC 0 is unknown: no plan to write yet.
-        let annotate = job.served.config.nic_plan_annotation && !job.policy.cluster_unknown;
+        // Without the cluster NIC 0 is unknown: no plan to write yet. Nor when only warn-mode
+        // policies planned: they change nothing, and an empty plan would mislead.
+        let annotate = job.served.config.nic_plan_annotation
+            && !job.policy.cluster_unknown
+            && (!decision.nics.is_empty() || evaluation.warned.is_empty());
         let plan = annotate.then(|| NicPlan {
             policy: chain_name,
             nics: &decision.nics,
@@ -544,8 +556,9 @@ impl Reviewer {
         });
         let operations = patch_operations(job.kind, &job.object, decision, plan.as_ref());
         let patch = (!operations.is_empty()).then_some(Patch(operations));
+        let warnings = warned::mutation_warnings(job.kind, evaluation);
         stages::mark(Stage::Patch);
-        allow(&job.request, patch, Vec::new(), &job.served)
+        allow(&job.request, patch, warnings, &job.served)
     }
 }
 

@@ -32,7 +32,9 @@
 
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::settings::{self, PolicySettings};
-use nicpolicy_plugin::{Decision, Operation, Reason, Request, Role, Violation};
+use nicpolicy_plugin::{
+    schema::CONTROL_PLANE_LABEL, Decision, ObjectKind, Operation, Reason, Request, Role, Violation,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -199,6 +201,9 @@ fn takes_defaults(request: &Request, rules: &RoleRules) -> bool {
 
 /// The CAPVCD rules, the role's defaults, then the role's rules.
 pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
+    if !role_known(request) {
+        return evaluate_either_role(request, settings);
+    }
     let role = request.machine.role;
     let rules = settings.rules(role);
     let spec = request.kind.spec_path();
@@ -225,15 +230,94 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     decision.finish()
 }
 
+/// Whether the machine's role is certain. A VCDMachine's is: Cluster API labels every machine
+/// of a control plane. A VCDMachineTemplate's is only when the template carries the label
+/// itself, which stock CAPVCD manifests do not (the `<cluster>-control-plane` template a
+/// KubeadmControlPlane clones has no labels). Read as a worker template, it would get the
+/// worker defaults, and every control-plane machine cloned from it would then break the
+/// control-plane rules: the cluster could not be created.
+fn role_known(request: &Request) -> bool {
+    request.kind == ObjectKind::VcdMachine || request.machine.role == Role::ControlPlane
+}
+
+/// A template that may serve either role: nothing is defaulted (each VCDMachine cloned from
+/// it gets its own role's defaults when it is created), a network wrong for both roles is a
+/// violation, and one wrong for a single role is a warning naming that role.
+fn evaluate_either_role(request: &Request, settings: &Settings) -> Decision {
+    let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
+    let findings = |role: Role| {
+        let mut as_role = request.clone();
+        as_role.machine.role = role;
+        role_findings(&as_role, settings.rules(role))
+    };
+    let (worker, control_plane) = (findings(Role::Worker), findings(Role::ControlPlane));
+    let in_both = |finding: &Finding, others: &[Finding]| {
+        others.iter().any(|other| other.network == finding.network)
+    };
+    for finding in &worker {
+        if in_both(finding, &control_plane) {
+            let mut violation = finding.violation.clone();
+            violation
+                .message
+                .push_str(" (the same holds for control-plane machines)");
+            decision.violations.push(violation);
+        }
+    }
+    let single_role = worker
+        .iter()
+        .filter(|f| !in_both(f, &control_plane))
+        .chain(control_plane.iter().filter(|f| !in_both(f, &worker)));
+    let mut any_single_role = false;
+    for finding in single_role {
+        any_single_role = true;
+        decision.warnings.push(format!(
+            "{}: if this template is for {} machines: {}",
+            finding.violation.field, finding.role, finding.violation.message
+        ));
+    }
+    let defaults_left = request.machine.extra_ovdc_networks.is_empty()
+        && !(settings.worker.defaults.is_empty() && settings.control_plane.defaults.is_empty());
+    if any_single_role || defaults_left {
+        decision.warnings.push(format!(
+            "metadata.labels: no {CONTROL_PLANE_LABEL} label, so this template may serve \
+             control-plane or worker machines: role defaults go into each VCDMachine created \
+             from it, and a role rule broken for one role only is a warning here (label a \
+             control-plane template in spec.template.metadata.labels to check it as one)"
+        ));
+    }
+    decision.finish()
+}
+
+/// A role rule broken by one network.
+struct Finding {
+    network: String,
+    role: &'static str,
+    violation: Violation,
+}
+
 /// The role's required, forbidden and allowed networks, against the machine's extra networks
 /// (after defaulting).
 pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
+    role_findings(request, rules)
+        .into_iter()
+        .map(|finding| finding.violation)
+        .collect()
+}
+
+fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
     let role = role_name(request.machine.role);
     let spec = request.kind.spec_path();
     let extras = &request.machine.extra_ovdc_networks;
     let primary = capvcd::resolve_primary(request, &request.machine).unwrap_or(Primary::Unresolved);
     let candidates: Vec<&str> = primary.candidates().into_iter().map(|(n, _)| n).collect();
-    let mut violations = Vec::new();
+    let mut findings = Vec::new();
+    let mut found = |network: &str, violation| {
+        findings.push(Finding {
+            network: network.to_string(),
+            role,
+            violation,
+        })
+    };
 
     for (i, name) in extras.iter().enumerate() {
         // Malformed names and the primary listed again are CAPVCD violations already.
@@ -242,14 +326,17 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
         }
         let field = format!("{spec}.extraOvdcNetworks[{i}]");
         if rules.forbidden.contains(name) {
-            violations.push(Violation::new(
-                field,
-                Reason::Forbidden,
-                format!(
-                    "network {name:?} is forbidden for {role} machines by the site policy; \
-                     remove it"
+            found(
+                name,
+                Violation::new(
+                    field,
+                    Reason::Forbidden,
+                    format!(
+                        "network {name:?} is forbidden for {role} machines by the site policy; \
+                         remove it"
+                    ),
                 ),
-            ));
+            );
         } else if !rules.is_allowed(name) {
             let mut allowed: Vec<&str> = rules.required.iter().map(String::as_str).collect();
             allowed.extend(rules.allowed.iter().flatten().map(String::as_str));
@@ -259,14 +346,17 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
             } else {
                 allowed.join(", ")
             };
-            violations.push(Violation::new(
-                field,
-                Reason::NotSupported,
-                format!(
-                    "network {name:?} is not allowed for {role} machines; the extra networks \
-                     they may list: {allowed}"
+            found(
+                name,
+                Violation::new(
+                    field,
+                    Reason::NotSupported,
+                    format!(
+                        "network {name:?} is not allowed for {role} machines; the extra \
+                         networks they may list: {allowed}"
+                    ),
                 ),
-            ));
+            );
         }
     }
 
@@ -282,16 +372,20 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
             } else {
                 ""
             };
-            violations.push(Violation::new(
-                format!("{spec}.extraOvdcNetworks"),
-                Reason::Required,
-                format!(
-                    "{role} machines need network {name:?}; add it to the extra networks{hint}"
+            found(
+                name,
+                Violation::new(
+                    format!("{spec}.extraOvdcNetworks"),
+                    Reason::Required,
+                    format!(
+                        "{role} machines need network {name:?}; add it to the extra \
+                         networks{hint}"
+                    ),
                 ),
-            ));
+            );
         }
     }
-    violations
+    findings
 }
 
 nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod fleet;
+pub mod procfs;
 pub mod review;
 
 use std::path::PathBuf;
@@ -14,19 +16,7 @@ use nicpolicy_plugin::{
     capvcd, guest, testing, Decision, Inventory, Network, NetworkType, Request,
 };
 
-/// Extra networks of a multi-homed worker, in the order a site lists them (9 extras: 10 NICs,
-/// Cloud Director's limit).
-pub const EXTRAS: [&str; 9] = [
-    "storage-net",
-    "workload-net",
-    "backup-net",
-    "ext-dmz-net",
-    "monitoring-net",
-    "replication-net",
-    "vmotion-net",
-    "ingress-net",
-    "egress-net",
-];
+pub use fleet::EXTRAS;
 
 /// A CREATE of worker `prod-eu1-md-0-x7k2p` in cluster `prod-eu1` (primary `mgmt-net`) with
 /// `nics` NICs (1..=10): the primary, then the first `nics - 1` of [`EXTRAS`].

@@ -11,7 +11,7 @@ use nicpolicy_e2e::fixtures::{
     self, api, cluster, cluster_namespace, create, extras, get, plan, plan_networks, planned_on,
     refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
 };
-use nicpolicy_e2e::webhook::shipped_config;
+use nicpolicy_e2e::webhook::{edit_config, shipped_config};
 use nicpolicy_e2e::{shared, Webhook};
 use serde_json::{json, Value};
 
@@ -81,7 +81,9 @@ async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan()
     assert_eq!(extras(&stored), ["storage-net"]);
     assert_eq!(plan_networks(&stored), ["mgmt-net", "storage-net"]);
 
-    // A template: defaults inside spec.template.spec, the plan on the template's own metadata.
+    // A template without the control-plane label, as clusterctl writes both kinds: it may serve
+    // either role, so it is not defaulted (each VCDMachine cloned from it is, by its own role);
+    // the plan sits on the template's own metadata.
     let stored = create(
         &client,
         &fixtures::template("prod-eu1", "prod-eu1-md-0", Some("prod-eu1"), None),
@@ -89,11 +91,8 @@ async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan()
     )
     .await
     .expect("a valid template");
-    assert_eq!(extras(&stored), WORKER_DEFAULTS);
-    assert_eq!(
-        plan_networks(&stored),
-        ["mgmt-net", "storage-net", "workload-net"]
-    );
+    assert_eq!(extras(&stored), Vec::<String>::new());
+    assert_eq!(plan_networks(&stored), ["mgmt-net"]);
 
     // kubectl, as a person applies a file: the same defaults.
     let machine = worker(
@@ -237,10 +236,13 @@ async fn invalid_machines_are_refused_with_every_field_as_kubectl_prints_it() {
     template["spec"]["template"]["spec"] = machine["spec"].clone();
     let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&template.to_string()));
     assert!(!applied.success);
+    // After the warnings kubectl prints first (the template has no control-plane label, so the
+    // control-plane rules it breaks are warnings).
     assert!(
         applied
             .stderr
-            .starts_with(r#"The VCDMachineTemplate "prod-eu2-md-0" is invalid:"#),
+            .lines()
+            .any(|line| line.starts_with(r#"The VCDMachineTemplate "prod-eu2-md-0" is invalid:"#)),
         "{}",
         applied.stderr
     );
@@ -579,4 +581,117 @@ async fn a_policy_replaced_while_machines_are_created_drops_no_create() {
         .await
         .expect("list");
     assert_eq!(listed.items.len(), results.len());
+}
+
+#[tokio::test]
+async fn a_warn_mode_policy_admits_and_kubectl_prints_what_it_would_deny() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    cluster_namespace(&kubectl, "prod-eu8");
+    // The shipped configuration with its VCDMachine policy in warn mode.
+    let dir = shipped_config(&plane, "warn");
+    let entry = "  VCDMachine:\n    - path: policy.wasm\n";
+    edit_config(
+        &dir,
+        "nicpolicy.yaml",
+        entry,
+        &format!("{entry}      mode: warn\n"),
+    );
+    let mut webhook = Webhook::start(&plane, &dir).await;
+    webhook.register().await;
+
+    // kubectl apply, as a person: created, with every would-be denial printed as a warning.
+    let machine = invalid_machine("prod-eu8", "prod-eu8-md-0-w7t4n");
+    let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&machine.to_string()));
+    eprintln!("kubectl printed:\n{}", applied.stderr.trim());
+    assert!(applied.success, "{}", applied.stderr);
+    assert!(
+        applied
+            .stdout
+            .contains("vcdmachine.infrastructure.cluster.x-k8s.io/prod-eu8-md-0-w7t4n created"),
+        "{}",
+        applied.stdout
+    );
+    for field in INVALID_FIELDS {
+        assert!(
+            applied.stderr.contains(&format!(
+                "Warning: nicpolicy (mode: warn): would be denied: {field}: "
+            )),
+            "{field} missing from: {}",
+            applied.stderr
+        );
+    }
+    // Stored as written: a warn-mode policy changes nothing (no defaults, no NIC plan).
+    let client = plane.client().await;
+    let stored = get(&client, "prod-eu8", "VCDMachine", "prod-eu8-md-0-w7t4n")
+        .await
+        .expect("created");
+    assert_eq!(extras(&stored), extras(&machine));
+    assert!(plan(&stored).is_none(), "{stored}");
+    // A worker listing nothing keeps its empty list; kubectl says what would have been set.
+    let bare = worker("prod-eu8", "prod-eu8-md-0-b2x9q", Some("prod-eu8"), None);
+    let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&bare.to_string()));
+    assert!(applied.success, "{}", applied.stderr);
+    assert!(
+        applied.stderr.contains(
+            "Warning: nicpolicy (mode: warn): not applied: [nicpolicy-role-based] would set spec.extraOvdcNetworks to [storage-net, workload-net]"
+        ),
+        "{}",
+        applied.stderr
+    );
+    // The policy's own message about the defaults it applies says they were not applied.
+    assert!(
+        applied.stderr.contains(
+            "Warning: nicpolicy (mode: warn), if enforced: [nicpolicy-role-based] spec.extraOvdcNetworks was empty"
+        ),
+        "{}",
+        applied.stderr
+    );
+    let metrics = webhook.metrics().await;
+    assert!(
+        metrics.contains(r#"nicpolicy_warned_violations_total{kind="VCDMachine",policy="nicpolicy-role-based",reason="Duplicate"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        webhook
+            .log()
+            .contains("would have been denied (mode: warn)"),
+        "the would-be denial is logged"
+    );
+
+    // Enforced by editing the file: the reload makes the same kind of machine denied.
+    edit_config(
+        &dir,
+        "nicpolicy.yaml",
+        "      mode: warn\n",
+        "      mode: enforce\n",
+    );
+    let start = Instant::now();
+    loop {
+        let again = invalid_machine("prod-eu8", "prod-eu8-md-0-k5d3s");
+        let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&again.to_string()));
+        if !applied.success {
+            assert!(
+                applied
+                    .stderr
+                    .starts_with(r#"The VCDMachine "prod-eu8-md-0-k5d3s" is invalid:"#),
+                "{}",
+                applied.stderr
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "mode: enforce not picked up:\n{}",
+            webhook.log_tail(20)
+        );
+        kubectl.run(&[
+            "delete",
+            "vcdmachine",
+            "-n",
+            "prod-eu8",
+            "prod-eu8-md-0-k5d3s",
+        ]);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{FailureMode, UnknownClusterMode};
+use crate::mode::Mode;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -47,6 +48,7 @@ pub struct Policy {
     pub timeout: Option<String>,
     pub memory: Option<Size>,
     pub max_input_bytes: Option<Size>,
+    pub mode: Option<Mode>,
 }
 
 #[derive(Deserialize)]

@@ -16,6 +16,8 @@
 //!       timeout: 250ms
 //!       memory: 64Mi
 //!       maxInputBytes: 3Mi             # default: maxRequestBytes
+//!     - path: policies/site-rules.wasm
+//!       mode: warn                     # violations as warnings, no changes; default enforce
 //!   VCDMachineTemplate:
 //!     - builtin: capvcd
 //! ```
@@ -30,6 +32,7 @@ use serde::Deserialize;
 
 use crate::limits::{self, Limits};
 use crate::manifest::{ManifestError, ManifestFile};
+use crate::mode::Mode;
 use crate::spec::{PolicySource, PolicySpec, SettingsSource};
 
 /// Port kube-apiserver reaches Cluster API webhooks on.
@@ -124,6 +127,8 @@ pub enum ClusterSourceConfig {
 pub struct PolicyConfig {
     /// The module, its settings (inline or `settingsFile`), digest pin and limits.
     pub spec: PolicySpec,
+    /// Whether its violations deny or only warn (see [`crate::mode`]).
+    pub mode: Mode,
     /// Where the entry sits in the file, like `policies.VCDMachine[0]`.
     pub field: String,
 }
@@ -169,6 +174,18 @@ pub struct ServeConfig {
     pub reload_interval: Option<Duration>,
     /// Write the NIC plan to the `nicpolicy.io/nic-plan` annotation when mutating.
     pub nic_plan_annotation: bool,
+    /// Command-line flags that replace fields of the file; kept across reloads so a reload
+    /// applies them again (flags win over the file for the whole run).
+    pub overrides: Overrides,
+}
+
+/// Fields of the configuration given on the command line of `nicpolicy serve`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--clusters FILE...`.
+    pub clusters: Option<ClusterSourceConfig>,
 }
 
 /// Why a configuration could not be used. Every variant names the file and, where there is one,
@@ -213,6 +230,7 @@ impl ServeConfig {
                     .with_timeout(DEFAULTS.policy_timeout)
                     .with_max_input_bytes(DEFAULTS.max_request_bytes),
             },
+            mode: Mode::Enforce,
             field: format!("policies.{}[0]", kind.as_str()),
         };
         ServeConfig {
@@ -234,7 +252,19 @@ impl ServeConfig {
             max_request_bytes: DEFAULTS.max_request_bytes,
             reload_interval: Some(DEFAULTS.reload_interval),
             nic_plan_annotation: DEFAULTS.nic_plan_annotation,
+            overrides: Overrides::default(),
         }
+    }
+
+    /// Replaces fields with the command line's `overrides` (and keeps them for reloads).
+    pub fn override_with(&mut self, overrides: Overrides) {
+        if let Some(listen) = overrides.listen {
+            self.listen = listen;
+        }
+        if let Some(clusters) = &overrides.clusters {
+            self.clusters = clusters.clone();
+        }
+        self.overrides = overrides;
     }
 
     /// Reads and checks a configuration file. Settings are checked later, when the policies
@@ -297,6 +327,7 @@ impl ServeConfig {
             nic_plan_annotation: raw
                 .nic_plan_annotation
                 .unwrap_or(DEFAULTS.nic_plan_annotation),
+            overrides: Overrides::default(),
         })
     }
 
@@ -500,6 +531,7 @@ impl Reader<'_> {
                 sha256: entry.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
                 limits,
             },
+            mode: entry.mode.unwrap_or_default(),
             field: at.to_string(),
         })
     }
@@ -700,6 +732,33 @@ reload: {interval: 1s}
                 other => panic!("{text}: expected a field error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn modes_default_to_enforce_and_a_bad_one_names_the_entry() {
+        let config = parse(
+            "policies:\n  VCDMachine:\n    - {builtin: capvcd, mode: warn}\n    - {builtin: capvcd, mode: Enforce}\n    - {builtin: capvcd}\n",
+        )
+        .expect("valid");
+        let modes: Vec<Mode> = config.policies[&ObjectKind::VcdMachine]
+            .iter()
+            .map(|p| p.mode)
+            .collect();
+        assert_eq!(modes, [Mode::Warn, Mode::Enforce, Mode::Enforce]);
+
+        let err = parse(
+            "policies:\n  VCDMachine:\n    - {builtin: capvcd}\n    - {builtin: capvcd, mode: audit}\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("/etc/nicpolicy/config.yaml: policies.VCDMachine[1].mode: unknown variant `audit`, expected"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`enforce`") && text.contains("`warn`"),
+            "{text}"
+        );
     }
 
     #[test]
