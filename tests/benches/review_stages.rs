@@ -163,8 +163,7 @@ fn native_round_trip(request: &Request) -> Decision {
     stages::mark(Stage::GuestDecode);
     let decision = capvcd::evaluate(&decoded);
     stages::mark(Stage::Rules);
-    let output =
-        serde_json::to_vec(&EvaluateOutput::Decision(decision)).expect("decisions encode");
+    let output = serde_json::to_vec(&EvaluateOutput::Decision(decision)).expect("decisions encode");
     stages::mark(Stage::GuestEncode);
     let decision = nicpolicy::policy::decode_decision(&output).expect("decisions decode");
     stages::mark(Stage::OutputDecode);
@@ -194,17 +193,17 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
         })
     };
     let mut variants: Vec<(String, Evaluator)> = vec![
-        (
-            "native round trip".to_string(),
-            Box::new(native_round_trip),
-        ),
+        ("native round trip".to_string(), Box::new(native_round_trip)),
         (
             "Wasm".to_string(),
             wasm(load(nicpolicy::builtin::CAPVCD_WASM)),
         ),
     ];
     if let Some(bytes) = marked {
-        variants.insert(1, ("Wasm, stage-marked build".to_string(), wasm(load(bytes))));
+        variants.insert(
+            1,
+            ("Wasm, stage-marked build".to_string(), wasm(load(bytes))),
+        );
     }
     let mut cases = Vec::new();
     for nics in [1, 3, 10] {
@@ -267,7 +266,8 @@ fn main() {
     let batch = common::arg("--batch", if benching { 200 } else { 4 });
     let marked = std::env::var("NICPOLICY_BENCH_STAGE_WASM").ok();
     let marked_bytes = marked.as_ref().map(|file| {
-        std::fs::read(file).unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
+        std::fs::read(file)
+            .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
     });
     review_path(rounds, batch, marked.as_deref());
     evaluations(rounds, batch, marked_bytes.as_deref());
