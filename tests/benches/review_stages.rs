@@ -205,16 +205,7 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
             ("Wasm, stage-marked build".to_string(), wasm(load(bytes))),
         );
     }
-    let mut cases = Vec::new();
-    for nics in [1, 3, 10] {
-        cases.push((format!("{nics}nic"), common::machine(nics)));
-    }
-    for nics in [1, 3, 10] {
-        cases.push((
-            format!("{nics}nic-inv10"),
-            common::machine_with_inventory(nics, 10),
-        ));
-    }
+    let cases = common::evaluate_cases();
     let labels: Vec<String> = variants.iter().map(|(l, _)| l.clone()).collect();
     let mut ratios = Vec::new();
     for (name, request) in &cases {
@@ -264,7 +255,15 @@ fn main() {
     let benching = common::benching();
     let rounds = common::arg("--rounds", if benching { 30 } else { 1 });
     let batch = common::arg("--batch", if benching { 200 } else { 4 });
-    let marked = std::env::var("NICPOLICY_BENCH_STAGE_WASM").ok();
+    // Absolute: the reviewer's configuration file names it from another directory.
+    let marked = std::env::var("NICPOLICY_BENCH_STAGE_WASM")
+        .ok()
+        .map(|file| {
+            std::fs::canonicalize(&file)
+                .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
+                .display()
+                .to_string()
+        });
     let marked_bytes = marked.as_ref().map(|file| {
         std::fs::read(file)
             .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))

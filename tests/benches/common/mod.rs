@@ -68,6 +68,19 @@ pub fn machine_with_inventory(nics: usize, size: usize) -> Request {
     request
 }
 
+/// The machines the `evaluate` benchmark compares: 1, 3 and 10 NICs, without and with the
+/// inventory of the org VDC (10 networks), named like `3nic` and `3nic-inv10`.
+pub fn evaluate_cases() -> Vec<(String, Request)> {
+    let mut cases = Vec::new();
+    for nics in [1, 3, 10] {
+        cases.push((format!("{nics}nic"), machine(nics)));
+    }
+    for nics in [1, 3, 10] {
+        cases.push((format!("{nics}nic-inv10"), machine_with_inventory(nics, 10)));
+    }
+    cases
+}
+
 /// A host as the CLI and a server set it up (pooling allocator), with its module cache in
 /// `target/bench-cache/<name>`, emptied first.
 pub fn host(name: &str) -> Host {
