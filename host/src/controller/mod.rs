@@ -491,6 +491,9 @@ impl Worker {
             }
             self.summaries
                 .insert(namespace.clone(), Summary::of(&findings));
+            // Before the report is written: whoever reads a report then finds the metrics
+            // counting it.
+            self.gauges();
             if let Err(err) = self.report(&namespace, &findings).await {
                 tracing::warn!(%namespace, error = %err, "cannot write the PolicyReport; retrying");
                 Metrics::count(&self.shared.metrics.report_writes, "failed");
@@ -498,7 +501,6 @@ impl Worker {
             }
             self.events(&namespace, &findings).await;
         }
-        self.gauges();
         tracing::debug!(
             objects = evaluated,
             elapsed_ms = started.elapsed().as_millis(),
