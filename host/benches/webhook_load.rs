@@ -11,9 +11,14 @@
 //! - `wasm-3-policies`: role-based + static-ip for machines, zone-aware for templates, with the
 //!   shipped site settings: resident memory with three policies loaded.
 //!
+//! - with `--baseline FILE` (another build of `nicpolicy`, such as main's before a change), a
+//!   `wasm` and a `native` server of that build too, loaded in the same rounds, so a change is
+//!   measured against its baseline in one run.
+//!
 //! ```console
 //! cargo bench -p nicpolicy --bench webhook_load
 //! cargo bench -p nicpolicy --bench webhook_load -- --seconds 20 --rounds 10 --concurrency 64
+//! cargo bench -p nicpolicy --bench webhook_load -- --baseline /tmp/nicpolicy-main
 //! ```
 //!
 //! Prints requests/s, latency percentiles, errors and resident memory (idle, and the peak under
@@ -55,6 +60,7 @@ struct Options {
     rounds: u64,
     concurrency: usize,
     workers: usize,
+    baseline: Option<PathBuf>,
 }
 
 impl Options {
@@ -64,6 +70,7 @@ impl Options {
             rounds: 5,
             concurrency: 32,
             workers: 2,
+            baseline: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -79,10 +86,14 @@ impl Options {
                 "--rounds" => options.rounds = value("--rounds")?,
                 "--concurrency" => options.concurrency = value("--concurrency")? as usize,
                 "--workers" => options.workers = value("--workers")? as usize,
+                "--baseline" => {
+                    let file = args.next().context("--baseline needs a nicpolicy binary")?;
+                    options.baseline = Some(PathBuf::from(file));
+                }
                 // cargo bench passes --bench; criterion-style filters are not used here.
                 "--bench" => {}
                 other => {
-                    bail!("unknown argument {other:?} (--seconds N, --rounds N, --concurrency N, --workers N)")
+                    bail!("unknown argument {other:?} (--seconds N, --rounds N, --concurrency N, --workers N, --baseline FILE)")
                 }
             }
         }
@@ -168,11 +179,11 @@ impl Drop for Served {
 }
 
 impl Served {
-    fn start(dir: &Path, config: &Path, native: bool) -> Result<Served> {
+    fn start(binary: &Path, dir: &Path, config: &Path, native: bool) -> Result<Served> {
         // A free port: bound, read, released; the server binds it a moment later.
         let address = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let ca = dir.join(format!("ca-{}.crt", address.port()));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_nicpolicy"));
+        let mut command = Command::new(binary);
         command
             .arg("serve")
             .arg("--config")
@@ -491,6 +502,25 @@ fn mb(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
 }
 
+/// The Wasm / native ratios of a pair of servers of one build.
+fn compare(label: &str, wasm: &Measured, native: &Measured) {
+    let (run, native_run) = (&wasm.run, &native.run);
+    println!(
+        "{label}Wasm / native: throughput {:.2} (Wasm overhead {:.1}% of throughput), p50 {:.2}x, p99 {:.2}x",
+        run.per_second() / native_run.per_second(),
+        (1.0 - run.per_second() / native_run.per_second()) * 100.0,
+        run.percentile(50.0).as_secs_f64() / native_run.percentile(50.0).as_secs_f64(),
+        run.percentile(99.0).as_secs_f64() / native_run.percentile(99.0).as_secs_f64(),
+    );
+    let (w, n) = (wasm.cpu_per_review_us(), native.cpu_per_review_us());
+    println!(
+        "{label}server CPU per review: Wasm {w:.0} us, native {n:.0} us: Wasm adds {:.0} us, \
+         {:.1}% of the Wasm server's CPU per review",
+        w - n,
+        (w - n) / w * 100.0
+    );
+}
+
 fn main() -> Result<()> {
     let options = Options::parse()?;
     let dir = workspace().join("target/bench-webhook");
@@ -503,13 +533,24 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
 
+    let built = Path::new(env!("CARGO_BIN_EXE_nicpolicy"));
+    let mut servers = vec![
+        ("wasm", built, &capvcd, false),
+        ("native", built, &capvcd, true),
+        ("wasm-3-policies", built, &three, false),
+    ];
+    if let Some(baseline) = &options.baseline {
+        ensure!(
+            baseline.is_file(),
+            "--baseline {}: no such file",
+            baseline.display()
+        );
+        servers.push(("wasm (baseline)", baseline, &capvcd, false));
+        servers.push(("native (baseline)", baseline, &capvcd, true));
+    }
     let mut results = Vec::new();
-    for (name, config, native) in [
-        ("wasm", &capvcd, false),
-        ("native", &capvcd, true),
-        ("wasm-3-policies", &three, false),
-    ] {
-        let served = Served::start(&dir, config, native)?;
+    for (name, binary, config, native) in servers {
+        let served = Served::start(binary, &dir, config, native)?;
         results.push(Measured::warm_up(&runtime, name, served, &options)?);
     }
     let round = Duration::from_secs_f64(options.seconds as f64 / options.rounds as f64);
@@ -528,13 +569,17 @@ fn main() -> Result<()> {
         measured.run.latencies.sort_unstable();
     }
 
-    // The Wasm and native servers must decide alike, or the comparison means nothing.
-    ensure!(
-        results[0].outcomes == results[1].outcomes,
-        "wasm and native answered differently: {:?} vs {:?}",
-        results[0].outcomes,
-        results[1].outcomes
-    );
+    // The Wasm and native servers (of both builds) must decide alike, or the comparison
+    // means nothing.
+    for other in results.iter().filter(|m| !m.name.starts_with("wasm-3")) {
+        ensure!(
+            results[0].outcomes == other.outcomes,
+            "wasm and {} answered differently: {:?} vs {:?}",
+            other.name,
+            results[0].outcomes,
+            other.outcomes
+        );
+    }
 
     println!(
         "\n{} connections, {} s per server in {} interleaved rounds, {} evaluation slots, \
@@ -562,20 +607,11 @@ fn main() -> Result<()> {
             mb(m.rss_peak),
         );
     }
-    let (wasm, native) = (&results[0].run, &results[1].run);
-    println!(
-        "\nWasm / native: throughput {:.2} (Wasm overhead {:.1}% of throughput), p50 {:.2}x, p99 {:.2}x",
-        wasm.per_second() / native.per_second(),
-        (1.0 - wasm.per_second() / native.per_second()) * 100.0,
-        wasm.percentile(50.0).as_secs_f64() / native.percentile(50.0).as_secs_f64(),
-        wasm.percentile(99.0).as_secs_f64() / native.percentile(99.0).as_secs_f64(),
-    );
-    println!(
-        "Server CPU per review: Wasm {:.0} us, native {:.0} us (Wasm adds {:.1}%)",
-        results[0].cpu_per_review_us(),
-        results[1].cpu_per_review_us(),
-        (results[0].cpu_per_review_us() / results[1].cpu_per_review_us() - 1.0) * 100.0
-    );
+    println!();
+    compare("", &results[0], &results[1]);
+    if results.len() == 5 {
+        compare("baseline ", &results[3], &results[4]);
+    }
     for m in &results {
         if let Some(err) = &m.run.first_error {
             eprintln!("{}: first error: {err}", m.name);

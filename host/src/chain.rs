@@ -354,6 +354,7 @@ impl PolicyChain {
             });
         }
         combined.extra_ovdc_networks = written;
+        crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,
             warned,

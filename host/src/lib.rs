@@ -45,7 +45,8 @@
 //! - [`Mode`] ([`mode`]): a chain entry enforced or in warn mode (violations as warnings, no
 //!   changes), the step between a candidate in the controller's shadow mode and enforcing it.
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
-//!   files, suites and JUnit reports), [`error`].
+//!   files, suites and JUnit reports), [`error`], [`stages`] (where an evaluation's or a
+//!   review's time goes, for benchmarks).
 //! - [`kubewarden`]: the metadata of the policies' Kubewarden (waPC) build and the checks
 //!   Kubewarden's policy-server applies before it runs one.
 //!
@@ -91,6 +92,7 @@ pub mod mode;
 pub mod playground;
 pub mod policy;
 pub mod spec;
+pub mod stages;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
-use nicpolicy_plugin::schema::{EvaluateOutput, SettingsValidation};
-use nicpolicy_plugin::{Decision, Request};
+use nicpolicy_plugin::schema::{EvaluateOutput, RequestRef, SettingsValidation};
+use nicpolicy_plugin::{Decision, Inventory, Request};
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -15,6 +15,7 @@ use crate::engine::Host;
 use crate::error::{EvalError, LoadError};
 use crate::inspect::{inspect, ModuleInfo};
 use crate::limits::Limits;
+use crate::stages::{self, Stage};
 
 /// How to load a policy.
 #[derive(Clone, Debug, Default)]
@@ -127,6 +128,8 @@ struct Exports {
 #[derive(Clone)]
 pub struct Policy {
     info: ModuleInfo,
+    /// [`Policy::name`], made once: it is in every evaluation's result.
+    name: std::sync::Arc<str>,
     limits: Limits,
     settings: Value,
     pre: InstancePre<State>,
@@ -189,7 +192,13 @@ impl Policy {
         // One extra tick: the current one may be nearly over when the call starts.
         let deadline_ticks = (options.limits.timeout.as_nanos().div_ceil(tick) + 1) as u64;
 
+        let name = match &info.metadata {
+            // The name is the module's own text and ends up in logs and messages.
+            Some(meta) => escape_log_text(&meta.name).into_owned(),
+            None => format!("sha256:{}", &info.sha256[..12]),
+        };
         let policy = Policy {
+            name: name.into(),
             info,
             limits: options.limits,
             settings: Value::Null,
@@ -240,11 +249,7 @@ impl Policy {
 
     /// The policy's name from its metadata, or its digest when it has none.
     pub fn name(&self) -> String {
-        match &self.info.metadata {
-            // The name is the module's own text and ends up in logs and messages.
-            Some(meta) => escape_log_text(&meta.name).into_owned(),
-            None => format!("sha256:{}", &self.info.sha256[..12]),
-        }
+        self.name.to_string()
     }
 
     /// The limits every call runs under.
@@ -275,8 +280,9 @@ impl Policy {
     /// or oversized output, an oversized request, the policy's own error, or no free instance
     /// slot. The policy stays usable.
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
-        let input = serde_json::to_vec(&request.with_settings(&self.settings))
+        let input = encode_request(request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
+        stages::mark(Stage::RequestEncode);
         self.evaluate_json(&input)
     }
 
@@ -373,6 +379,7 @@ impl Policy {
         };
         let alloc: TypedFunc<i32, i32> = typed(&mut store, &instance, &self.exports.alloc)?;
         let run: TypedFunc<(i32, i32), i64> = typed(&mut store, &instance, export)?;
+        stages::mark(Stage::Instantiate);
 
         let len = input.len() as i32;
         let ptr = alloc
@@ -389,9 +396,11 @@ impl Policy {
                 memory.data_size(&store)
             ))
         })?;
+        stages::mark(Stage::InputCopy);
         let packed = run
             .call(&mut store, (ptr, len))
             .map_err(|err| self.classify(err, &store, false))?;
+        stages::mark_guest_return();
         let (out_ptr, out_len) = abi::unpack(packed as u64);
         let (out_ptr, out_len) = (out_ptr as usize, out_len as usize);
         if out_len > self.limits.max_output_bytes {
@@ -419,6 +428,10 @@ impl Policy {
                 message: format!("{dropped} more log lines dropped"),
             });
         }
+        stages::mark(Stage::OutputDecode);
+        // Dropping the store frees the instance; the pool resets its memory slot here.
+        drop(store);
+        stages::mark(Stage::InstanceDrop);
         Ok((result, logs))
     }
 
@@ -461,6 +474,41 @@ impl Policy {
     }
 }
 
+thread_local! {
+    /// The inventory last encoded on this thread, and its JSON: a server sends the same
+    /// inventory with every request, and comparing it costs a fraction of encoding it.
+    static INVENTORY_JSON: std::cell::RefCell<Option<(Inventory, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `request` as JSON, as the policy receives it. The inventory, the largest part, is encoded
+/// once per thread while it stays the same, and written last (JSON objects are unordered).
+fn encode_request(mut request: RequestRef<'_>) -> serde_json::Result<Vec<u8>> {
+    let Some(inventory) = request.inventory.take() else {
+        return serde_json::to_vec(&request);
+    };
+    let mut out = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut out, &request)?;
+    // The object always has fields (`operation` at least): the inventory goes in before its
+    // closing brace.
+    out.pop();
+    out.extend_from_slice(b",\"inventory\":");
+    INVENTORY_JSON.with(|cache| -> serde_json::Result<()> {
+        let mut cache = cache.borrow_mut();
+        match &*cache {
+            Some((cached, json)) if cached == inventory => out.extend_from_slice(json),
+            _ => {
+                let json = serde_json::to_vec(inventory)?;
+                out.extend_from_slice(&json);
+                *cache = Some((inventory.clone(), json));
+            }
+        }
+        Ok(())
+    })?;
+    out.push(b'}');
+    Ok(out)
+}
+
 fn typed<P, R>(
     store: &mut Store<State>,
     instance: &wasmtime::Instance,
@@ -480,6 +528,12 @@ where
 
 /// The `nicpolicy.log` import: copies the message out of guest memory.
 fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    if stages::recording() {
+        if let Some(stage) = guest_stage_mark(&mut caller, ptr, len) {
+            stages::mark(stage);
+            return Ok(());
+        }
+    }
     if caller.data().logs.len() >= MAX_LOG_LINES {
         caller.data_mut().dropped_logs += 1;
         return Ok(());
@@ -509,8 +563,38 @@ fn host_log(mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32) -> wa
     Ok(())
 }
 
+/// The guest stage a log line marks (a policy built with the plugin's `stage-marks` feature),
+/// if it is such a line.
+fn guest_stage_mark(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> Option<Stage> {
+    let Some(Extern::Memory(memory)) = caller.get_export(abi::EXPORT_MEMORY) else {
+        return None;
+    };
+    let start = ptr as u32 as usize;
+    let line = memory
+        .data(&*caller)
+        .get(start..start.saturating_add(len as u32 as usize))?;
+    match line {
+        _ if line == nicpolicy_plugin::guest::STAGE_DECODED.as_bytes() => Some(Stage::GuestDecode),
+        _ if line == nicpolicy_plugin::guest::STAGE_DECIDED.as_bytes() => Some(Stage::Rules),
+        _ => None,
+    }
+}
+
 /// Reads a decision (or an error envelope) and checks that it is coherent.
 pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
+    // One plain pass for a well-formed decision: tracking field paths makes decoding about
+    // three times slower, and only an output that is refused needs them (docs/benchmarks.md).
+    let decision = match serde_json::from_slice::<Decision>(bytes) {
+        Ok(decision) => decision,
+        Err(_) => refused_output(bytes)?,
+    };
+    check_decision(&decision).map_err(EvalError::BadOutput)?;
+    Ok(decision)
+}
+
+/// Why an output is not a decision: not UTF-8, the policy's error envelope, the field at fault,
+/// or data after the decision.
+fn refused_output(bytes: &[u8]) -> Result<Decision, EvalError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|err| EvalError::BadOutput(format!("output is not UTF-8: {err}")))?;
     let mut de = serde_json::Deserializer::from_str(text);
@@ -539,7 +623,6 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
             )));
         }
     };
-    check_decision(&decision).map_err(EvalError::BadOutput)?;
     Ok(decision)
 }
 
@@ -570,4 +653,52 @@ pub fn check_decision(decision: &Decision) -> Result<(), String> {
         previous = Some(nic.index);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicpolicy_plugin::schema::{Network, NetworkType};
+    use nicpolicy_plugin::testing;
+    use serde_json::json;
+
+    fn network(name: &str) -> Network {
+        Network {
+            name: name.to_string(),
+            network_type: Some(NetworkType::Routed),
+            gateway: Some("10.20.0.1".to_string()),
+            prefix_length: Some(24),
+            static_ip_ranges: Vec::new(),
+            dns: vec!["10.20.0.10".to_string()],
+            used_ip_addresses: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn requests_encode_alike_with_the_inventory_encoded_once() {
+        let settings = json!({"adapterType": "VMXNET3"});
+        let mut request = testing::worker(&["storage-net", "workload-net"]);
+        let plain = |request: &Request| -> Value {
+            serde_json::to_value(request.with_settings(&settings)).expect("encodes")
+        };
+        let ours = |request: &Request| -> Value {
+            let bytes = encode_request(request.with_settings(&settings)).expect("encodes");
+            serde_json::from_slice(&bytes).expect("valid JSON")
+        };
+        // Without an inventory, with one (encoded, then from the thread's copy), with another.
+        assert_eq!(ours(&request), plain(&request));
+        request.inventory = Some(Inventory {
+            networks: vec![network("mgmt-net"), network("storage-net")],
+        });
+        assert_eq!(ours(&request), plain(&request));
+        assert_eq!(ours(&request), plain(&request));
+        request.inventory = Some(Inventory {
+            networks: vec![network("workload-net")],
+        });
+        assert_eq!(ours(&request), plain(&request));
+        assert_eq!(
+            ours(&request)["inventory"]["networks"][0]["name"],
+            "workload-net"
+        );
+    }
 }

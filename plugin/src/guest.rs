@@ -53,11 +53,29 @@ unsafe fn input<'a>(ptr: u32, len: u32) -> &'a [u8] {
     std::slice::from_raw_parts(ptr as usize as *const u8, len as usize)
 }
 
+/// The log line a policy built with the `stage-marks` feature sends once it has decoded the
+/// request; a host measuring where an evaluation's time goes reads it as a stage boundary.
+pub const STAGE_DECODED: &str = "nicpolicy-stage: request decoded";
+/// The log line a policy built with the `stage-marks` feature sends once its rules decided.
+pub const STAGE_DECIDED: &str = "nicpolicy-stage: rules done";
+
+/// Marks a stage of the evaluation for a profiling host (`stage-marks` feature only).
+#[inline(always)]
+fn stage_mark(_line: &'static str) {
+    #[cfg(feature = "stage-marks")]
+    log(LogLevel::Debug, _line);
+}
+
 /// Runs `policy` on a request given as JSON and returns the decision (or error envelope) as
 /// JSON: the bytes `nicpolicy_evaluate` hands back, shared with the JS build.
 pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
     let output = match serde_json::from_slice::<Request>(input) {
-        Ok(request) => EvaluateOutput::Decision(policy(&request)),
+        Ok(request) => {
+            stage_mark(STAGE_DECODED);
+            let decision = policy(&request);
+            stage_mark(STAGE_DECIDED);
+            EvaluateOutput::Decision(decision)
+        }
         Err(err) => EvaluateOutput::Error {
             error: format!("policy could not read the request: {err}"),
         },

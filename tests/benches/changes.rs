@@ -14,11 +14,9 @@ mod common;
 
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
-use nicpolicy::plugin::ObjectKind;
-use nicpolicy::webhook::{App, Endpoint, Reviewer, ServeConfig, StaticClusters};
+use common::review;
 use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
 use nicpolicy_plugin::Request;
 
@@ -108,19 +106,6 @@ fn variants() -> Vec<Variant> {
     variants
 }
 
-/// `--name N` from the command line, else `default`.
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number"))
-        })
-        .unwrap_or(default)
-}
-
 /// `rounds` interleaved rounds of `batch` calls of each variant; the median per call.
 fn interleaved<T>(
     variants: &[(String, T)],
@@ -141,85 +126,25 @@ fn interleaved<T>(
             samples.push(started.elapsed().as_nanos() as f64 / batch as f64);
         }
     }
-    samples.iter_mut().map(|s| median(s)).collect()
+    samples.iter_mut().map(|s| common::median(s)).collect()
 }
-
-/// The reviewer `nicpolicy serve` runs, from the load generator's configuration (example
-/// cluster and inventory, the CAPVCD policy for both kinds), with the rules native or not.
-fn reviewer(native: bool) -> Arc<Reviewer> {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let examples = workspace.join("examples");
-    let dir = common::cache_dir("changes-serve");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let config = format!(
-        "inventory: {inventory}\n\
-         clusters: {{source: Static, files: [{cluster}]}}\n\
-         reload: {{enabled: false}}\n\
-         policies:\n  VCDMachine: [{{builtin: capvcd}}]\n  VCDMachineTemplate: [{{builtin: capvcd}}]\n",
-        inventory = examples.join("inventory.yaml").display(),
-        cluster = examples.join("cluster.yaml").display(),
-    );
-    let path = dir.join("nicpolicy.yaml");
-    std::fs::write(&path, config).expect("write config");
-    let config = ServeConfig::read(&path).expect("config is valid");
-    let clusters = StaticClusters::read(&[examples.join("cluster.yaml")]).expect("clusters");
-    let mut app = App::new(host(|_| {}), config, Arc::new(clusters)).expect("policies load");
-    if native {
-        app = app.with_native_evaluator(Arc::new(nicpolicy_plugin::capvcd::evaluate));
-    }
-    app.reviewer().clone()
-}
-
-/// The load generator's mix: (endpoint, kind, fixture).
-const REVIEWS: [(Endpoint, ObjectKind, &str); 4] = [
-    (
-        Endpoint::Mutate,
-        ObjectKind::VcdMachine,
-        "vcdmachine-create-worker",
-    ),
-    (
-        Endpoint::Validate,
-        ObjectKind::VcdMachine,
-        "vcdmachine-create-worker",
-    ),
-    (
-        Endpoint::Validate,
-        ObjectKind::VcdMachine,
-        "vcdmachine-create-invalid",
-    ),
-    (
-        Endpoint::Validate,
-        ObjectKind::VcdMachineTemplate,
-        "vcdmachinetemplate-create-worker",
-    ),
-];
 
 fn review_path(rounds: usize, batch: usize) {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let reviews: Vec<(Endpoint, ObjectKind, Vec<u8>)> = REVIEWS
-        .iter()
-        .map(|(endpoint, kind, fixture)| {
-            let file = workspace.join(format!("tests/fixtures/admission/{fixture}.json"));
-            let body =
-                std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
-            (*endpoint, *kind, body)
-        })
-        .collect();
+    let reviews = review::reviews();
     let servers = vec![
-        ("reviewer, rules native".to_string(), reviewer(true)),
-        ("reviewer, policy in Wasm".to_string(), reviewer(false)),
+        (
+            "reviewer, rules native".to_string(),
+            review::reviewer("native", "{builtin: capvcd}", true),
+        ),
+        (
+            "reviewer, policy in Wasm".to_string(),
+            review::reviewer("wasm", "{builtin: capvcd}", false),
+        ),
     ];
-    // The same answers both ways, or the comparison means nothing.
-    for (endpoint, kind, body) in &reviews {
-        let answers: Vec<Vec<u8>> = servers
-            .iter()
-            .map(|(_, r)| r.review(*endpoint, *kind, body).body)
-            .collect();
-        assert_eq!(answers[0], answers[1], "native and Wasm answer alike");
-    }
+    review::same_answers(&servers, &reviews);
     let medians = interleaved(&servers, rounds, batch.div_ceil(4), |reviewer| {
-        for (endpoint, kind, body) in &reviews {
-            black_box(reviewer.review(*endpoint, *kind, black_box(body)));
+        for review in &reviews {
+            black_box(reviewer.review(review.endpoint, review.kind, black_box(&review.body)));
         }
     });
     println!("\nwebhook review path in process (no HTTP, no TLS), the mix of 4 reviews");
@@ -234,16 +159,11 @@ fn review_path(rounds: usize, batch: usize) {
     }
 }
 
-fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
-
 fn main() {
     // `cargo test --benches` runs bench targets with `--bench` absent: keep that quick.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let rounds = arg("--rounds", if benching { 40 } else { 1 });
-    let batch = arg("--batch", if benching { 500 } else { 2 });
+    let benching = common::benching();
+    let rounds = common::arg("--rounds", if benching { 40 } else { 1 });
+    let batch = common::arg("--batch", if benching { 500 } else { 2 });
     let variants = variants();
     let cases = [
         ("3nic", common::machine(3)),

@@ -11,31 +11,14 @@ use std::hint::black_box;
 use std::time::SystemTime;
 
 use criterion::BenchmarkId;
-use nicpolicy_plugin::Request;
 
 use common::{show_ns, EXTRAS};
-
-/// The machines of the main comparison: 1, 3 and 10 NICs, without and with the inventory of
-/// the org VDC (10 networks).
-fn cases() -> Vec<(String, Request)> {
-    let mut cases = Vec::new();
-    for nics in [1, 3, 10] {
-        cases.push((format!("{nics}nic"), common::machine(nics)));
-    }
-    for nics in [1, 3, 10] {
-        cases.push((
-            format!("{nics}nic-inv10"),
-            common::machine_with_inventory(nics, 10),
-        ));
-    }
-    cases
-}
 
 const INVENTORY_SIZES: [usize; 3] = [10, 100, 1000];
 
 fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpolicy::Policy) {
     let mut group = c.benchmark_group("evaluate");
-    for (name, request) in cases() {
+    for (name, request) in common::evaluate_cases() {
         // Same decision both ways, or the comparison means nothing.
         assert_eq!(
             common::wasm(policy, &request),
@@ -110,7 +93,7 @@ fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpol
 fn summary(since: SystemTime) {
     let median = |id: String| common::median_ns(since, &id);
     let mut lines = Vec::new();
-    for (name, _) in cases() {
+    for (name, _) in common::evaluate_cases() {
         let at = |function: &str| median(format!("evaluate/{function}/{name}"));
         let (Some(wasm), Some(logic), Some(guest), Some(round)) = (
             at("wasm"),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the end-to-end suites: nicpolicy serve behind a real kube-apiserver and etcd.
+# Runs the end-to-end suites: nicpolicy serve and nicpolicy controller against a real
+# kube-apiserver and etcd.
 #
 #   tests/e2e/run.sh                 every suite
-#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy)
+#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller)
 #   tests/e2e/run.sh admission -- invalid    one suite, tests whose name contains "invalid"
 #
 # Builds (or reuses) kube-apiserver, kubectl and etcd with tests/e2e/kube/build.sh, and the
@@ -20,7 +21,7 @@ while (($#)) && [[ "$1" != "--" ]]; do
   shift
 done
 if ((${#suites[@]} == 0)); then
-  suites=(--test admission --test lifecycle --test restarts --test deploy)
+  suites=(--test admission --test lifecycle --test restarts --test deploy --test controller)
 fi
 [[ "${1:-}" == "--" ]] && shift
 

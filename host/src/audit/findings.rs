@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
 use crate::chain::{ChainEvaluation, PolicyChain};
+use crate::lifecycle::judge;
 use crate::webhook::clusters::ClusterGroup;
 
 /// What a machine came to.
@@ -52,7 +53,8 @@ pub struct Finding {
     pub cluster: Option<ClusterGroup>,
     /// What it came to.
     pub result: Verdict,
-    /// Why it was skipped or not evaluated.
+    /// Why it was skipped or not evaluated; for an object evaluated without its cluster, why
+    /// the cluster is not known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The chain's decision.
@@ -98,7 +100,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         object: subject.object,
         cluster: subject.group,
         result: Verdict::Error,
-        message: None,
+        message: subject.cluster_unknown,
         decision: None,
         shadow: None,
         request: None,
@@ -109,7 +111,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         Err(problem) => {
             finding.result = match problem {
                 Problem::Unsupported(_) => Verdict::Skipped,
-                Problem::Invalid(_) | Problem::NoCluster(_) => Verdict::Error,
+                Problem::Invalid(_) => Verdict::Error,
             };
             finding.message = Some(problem.to_string());
             return finding;
@@ -123,7 +125,9 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         ));
         return finding;
     };
-    let current = chain.evaluate(&request);
+    // Judged as the webhook judges it: an object being deleted, or whose cluster is not known,
+    // is not denied for what it cannot fix.
+    let current = judge(&request, |r| chain.evaluate(r));
     finding.elapsed = current.as_ref().map(|e| e.elapsed).unwrap_or_default();
     // Warn-mode policies' violations are reported too: the audit shows what is wrong, whatever
     // the webhook does about it.
@@ -131,7 +135,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         .and_then(ChainEvaluation::audited)
         .map_err(|e| e.to_string());
     if let Some(candidate) = candidate.and_then(|c| c.chain(request.kind)) {
-        let proposed = candidate.evaluate(&request);
+        let proposed = judge(&request, |r| candidate.evaluate(r));
         finding.elapsed += proposed.as_ref().map(|e| e.elapsed).unwrap_or_default();
         let proposed = proposed
             .and_then(ChainEvaluation::audited)
@@ -199,6 +203,7 @@ mod tests {
             object: ObjectId::worker_for_tests("prod-eu1-md-0-x7k2p"),
             group: None,
             input: Ok(testing::worker(&["storage-net", "workload-net"])),
+            cluster_unknown: None,
         };
         let finding = evaluate(subject, chain, None);
         assert_eq!(finding.result, Verdict::Denied, "{finding:?}");

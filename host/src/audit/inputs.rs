@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 
-use nicpolicy_plugin::{Inventory, Operation, Request, Role};
+use nicpolicy_plugin::{Cluster, Inventory, Operation, Request, Role};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -68,9 +68,6 @@ pub enum Problem {
     /// The object cannot be read (a field of the wrong type, an unknown API version).
     #[error("{0}")]
     Invalid(String),
-    /// Its cluster is not among the inputs, or cannot be read.
-    #[error("{0}")]
-    NoCluster(String),
 }
 
 /// One machine to evaluate.
@@ -82,6 +79,9 @@ pub struct Subject {
     pub group: Option<ClusterGroup>,
     /// The request for its policy, or why there is none.
     pub input: Result<Request, Problem>,
+    /// Why its cluster is not known, when the request was made without one
+    /// ([`Request::cluster_unknown`]).
+    pub cluster_unknown: Option<String>,
 }
 
 /// Why the inputs could not be listed.
@@ -210,6 +210,7 @@ impl Inputs {
                 object: id,
                 group: named_group,
                 input: Err(problem),
+                cluster_unknown: None,
             };
         }
         let machine = match file.machine_object(object) {
@@ -219,16 +220,7 @@ impl Inputs {
                     object: id,
                     group: named_group,
                     input: Err(Problem::Invalid(err.to_string())),
-                }
-            }
-        };
-        let found = match self.clusters.find(&object.value, &file.path) {
-            Ok(found) => found,
-            Err(err) => {
-                return Subject {
-                    object: id,
-                    group: named_group,
-                    input: Err(Problem::NoCluster(err.to_string())),
+                    cluster_unknown: None,
                 }
             }
         };
@@ -236,6 +228,33 @@ impl Inputs {
         if machine.namespace.is_empty() {
             machine.namespace = namespace.to_string();
         }
+        let found = match self.clusters.find(&object.value, &file.path) {
+            Ok(found) => found,
+            Err(err) => {
+                // As the webhook does (onUnknownCluster: CheckWithoutCluster): the rules that need
+                // no cluster still apply, the cluster's are left out and the reason said.
+                let name = cluster_name_of(&object.value).unwrap_or_default();
+                let request = Request {
+                    operation: Operation::Create,
+                    kind,
+                    cluster: Cluster::unknown(&name, namespace),
+                    machine,
+                    old_machine: None,
+                    inventory: inventory.cloned(),
+                    settings: Value::Null,
+                    cluster_unknown: true,
+                    baseline: false,
+                };
+                return Subject {
+                    object: id,
+                    group: named_group,
+                    input: Ok(request),
+                    cluster_unknown: Some(format!(
+                        "cluster not known, checked without it (rules on the cluster's networks not applied): {err}"
+                    )),
+                };
+            }
+        };
         // A template named by a KubeadmControlPlane is a control-plane template: clusterctl
         // outputs label neither kind.
         if found.control_plane
@@ -259,6 +278,7 @@ impl Inputs {
                 cluster_unknown: false,
                 baseline: false,
             }),
+            cluster_unknown: None,
         }
     }
 }
@@ -387,7 +407,19 @@ spec: {template: {spec: {extraOvdcNetworks: [storage-net]}}}
             "{CLUSTER}---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata:\n  name: prod-us1-md-0-a\n  namespace: prod-us1\n  labels: {{cluster.x-k8s.io/cluster-name: prod-us1}}\nspec: {{extraOvdcNetworks: [storage-net]}}\n"
         );
         let subjects = inputs(&text).subjects(None);
-        assert!(matches!(&subjects[0].input, Err(Problem::NoCluster(_))));
+        // Checked as the webhook checks a machine whose cluster it cannot find: without it.
+        let request = subjects[0].input.as_ref().expect("evaluable");
+        assert!(request.cluster_unknown);
+        assert_eq!(request.cluster.name, "prod-us1");
+        assert!(request.cluster.ovdc_network.is_empty());
+        assert!(
+            subjects[0]
+                .cluster_unknown
+                .as_deref()
+                .is_some_and(|why| why.contains("prod-us1")),
+            "{:?}",
+            subjects[0].cluster_unknown
+        );
         assert_eq!(
             subjects[0].group.as_ref().map(|g| g.name.as_str()),
             Some("prod-us1")

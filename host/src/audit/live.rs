@@ -58,6 +58,29 @@ pub fn object_value(object: &DynamicObject, resource: &ApiResource) -> Value {
     value
 }
 
+/// Annotation kubectl keeps the whole last-applied object in: the largest part of most objects,
+/// and nothing a policy judges.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what an audit never reads from an object kept in memory: `status`, `managedFields`,
+/// kubectl's last-applied copy and the bookkeeping of metadata. What is left (name, namespace,
+/// uid, labels, annotations, owner references, deletion timestamp, `spec`) is all the policies
+/// and the cluster lookup read, so a machine judged from it is judged as the webhook judges it.
+pub fn keep_audited_fields(object: &mut DynamicObject) {
+    let metadata = &mut object.metadata;
+    metadata.managed_fields = None;
+    metadata.resource_version = None;
+    metadata.creation_timestamp = None;
+    metadata.generation = None;
+    metadata.finalizers = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(data) = object.data.as_object_mut() {
+        data.retain(|key, _| key == "spec");
+    }
+}
+
 /// Objects grouped into one pseudo-file per namespace (named `cluster:NAMESPACE`), so a machine
 /// that names no cluster falls back to the only VCDCluster of its namespace.
 pub fn files_by_namespace(values: Vec<Value>) -> Vec<ManifestFile> {
@@ -133,5 +156,86 @@ async fn list_all(
             Some(token) => params = params.continue_token(&token),
             None => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::audit::Inputs;
+
+    #[test]
+    fn kept_fields_are_the_ones_an_audit_reads() {
+        let full = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+            "kind": "VCDMachine",
+            "metadata": {
+                "name": "prod-eu1-md-0-x7k2p",
+                "namespace": "prod-eu1",
+                "uid": "7f3c0001-8f1e-4b52-9b7e-3f2b5a9d0e11",
+                "resourceVersion": "48213",
+                "generation": 3,
+                "creationTimestamp": "2026-12-01T09:12:44Z",
+                "finalizers": ["vcdmachine.infrastructure.cluster.x-k8s.io"],
+                "labels": {"cluster.x-k8s.io/cluster-name": "prod-eu1"},
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
+                    "nicpolicy.io/nic-plan": "{\"nics\":[]}"
+                },
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                                     "name": "prod-eu1-md-0-x7k2p", "uid": "m-1"}],
+                "managedFields": [{"manager": "manager", "operation": "Update"}]
+            },
+            "spec": {"extraOvdcNetworks": ["storage-net", "storage-net"]},
+            "status": {"ready": true, "bootstrapped": true}
+        });
+        let resource = &resources("v1beta1")[0];
+        let mut object: DynamicObject = serde_json::from_value(full.clone()).expect("object");
+        keep_audited_fields(&mut object);
+        let kept = object_value(&object, resource);
+        assert!(kept.get("status").is_none());
+        let metadata = &kept["metadata"];
+        for gone in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "finalizers",
+        ] {
+            assert!(metadata.get(gone).is_none(), "{gone} kept");
+        }
+        assert_eq!(
+            metadata["annotations"],
+            json!({"nicpolicy.io/nic-plan": "{\"nics\":[]}"})
+        );
+        assert_eq!(
+            metadata["ownerReferences"],
+            full["metadata"]["ownerReferences"]
+        );
+        assert_eq!(metadata["uid"], full["metadata"]["uid"]);
+
+        // The machine reads the same from what is kept as from the whole object.
+        let cluster = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3", "kind": "VCDCluster",
+            "metadata": {"name": "prod-eu1", "namespace": "prod-eu1"},
+            "spec": {"ovdc": "eu1-ovdc", "ovdcNetwork": "mgmt-net"}
+        });
+        let request = |machine: Value| {
+            let mut file = ManifestFile::parse(Path::new("cluster:prod-eu1"), "").expect("empty");
+            for value in [cluster.clone(), machine] {
+                file.objects.push(Object {
+                    value,
+                    position: String::new(),
+                });
+            }
+            let subjects = Inputs::from_files(vec![file]).subjects(None);
+            let mut request = subjects[0].input.clone().expect("evaluable");
+            request.machine.annotations.remove(LAST_APPLIED);
+            request
+        };
+        assert_eq!(request(kept), request(full));
     }
 }

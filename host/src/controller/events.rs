@@ -44,6 +44,20 @@ impl EventGate {
         }
     }
 
+    /// Remembers that `key` was already announced failing with `violations` (field path and
+    /// reason of each), as a PolicyReport written before this process started lists them: a
+    /// restarted controller or a new leader does not announce them again.
+    pub fn seed<'a>(
+        &mut self,
+        key: &str,
+        violations: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) {
+        if !self.last.contains_key(key) {
+            self.last
+                .insert(key.to_string(), Some(digest(violations.into_iter())));
+        }
+    }
+
     /// Forgets objects that no longer exist.
     pub fn retain(&mut self, mut exists: impl FnMut(&str) -> bool) {
         self.last.retain(|key, _| exists(key));
@@ -52,12 +66,26 @@ impl EventGate {
 
 /// The violations' fields and reasons: the same failure gives the same digest.
 fn failure_digest(finding: &Finding) -> u64 {
+    let reasons: Vec<(&str, String)> = finding
+        .decision
+        .iter()
+        .flat_map(|d| &d.violations)
+        .map(|v| (v.field.as_str(), format!("{:?}", v.reason)))
+        .collect();
+    digest(
+        reasons
+            .iter()
+            .map(|(field, reason)| (*field, reason.as_str())),
+    )
+}
+
+/// Digest of `(field, reason)` pairs, in any order (a PolicyReport lists them sorted).
+fn digest<'a>(violations: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
     use std::hash::{Hash, Hasher};
+    let mut pairs: Vec<(&str, &str)> = violations.collect();
+    pairs.sort_unstable();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for v in finding.decision.iter().flat_map(|d| &d.violations) {
-        v.field.hash(&mut hasher);
-        format!("{:?}", v.reason).hash(&mut hasher);
-    }
+    pairs.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -149,6 +177,31 @@ mod tests {
         // Fixed, then broken again: announced again.
         assert!(!gate.admit("uid-1", &finding(&[]), now));
         assert!(gate.admit("uid-1", &worse, now));
+    }
+
+    #[test]
+    fn failures_a_report_already_lists_are_not_announced_again() {
+        let mut gate = EventGate::new(60, 10);
+        let now = Instant::now();
+        let bad = finding(&[
+            ("spec.extraOvdcNetworks[2]", Reason::NotFound),
+            ("spec.extraOvdcNetworks[1]", Reason::Duplicate),
+        ]);
+        // As the report lists them: sorted, reasons as words.
+        gate.seed(
+            "uid-1",
+            [
+                ("spec.extraOvdcNetworks[1]", "Duplicate"),
+                ("spec.extraOvdcNetworks[2]", "NotFound"),
+            ],
+        );
+        assert!(!gate.admit("uid-1", &bad, now));
+        // A failure the report did not list is new.
+        gate.seed("uid-2", [("spec.extraOvdcNetworks[1]", "Duplicate")]);
+        assert!(gate.admit("uid-2", &bad, now));
+        // What this process saw itself wins over an older report.
+        gate.seed("uid-2", [("spec.extraOvdcNetworks[0]", "NotFound")]);
+        assert!(!gate.admit("uid-2", &bad, now));
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! `nicpolicy controller`: continuous audit in the cluster. Watch-fed caches (kube-runtime
 //! reflectors) of VCDMachines, VCDMachineTemplates, Clusters, VCDClusters, ClusterClasses and
-//! VCDClusterTemplates; any change to one of them queues its namespace, so a Cluster or
+//! VCDClusterTemplates, holding only the fields an audit reads
+//! ([`live::keep_audited_fields`]); any change to one of them queues its namespace, so a Cluster or
 //! VCDCluster change re-evaluates every machine of its cluster. A queued namespace is evaluated
 //! with the same chains as `nicpolicy serve` (and an optional candidate chain) through
-//! [`crate::audit`], and reported as:
+//! [`crate::audit`], one namespace at a time (so memory follows the largest namespace, not the
+//! queue), and reported as:
 //!
 //! - a PolicyReport per namespace ([`report`]), written only when its results change;
 //! - a Warning Event on each object that newly fails ([`events`]), deduplicated, rate-limited;
@@ -31,7 +33,7 @@ use axum::routing::get;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -301,8 +303,11 @@ async fn start_watches(
         }
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
+        // Only the fields an audit reads are kept: at 10,000 machines the caches are most of
+        // the controller's memory (docs/benchmarks.md).
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(live::keep_audited_fields)
             .reflect(writer);
         let shared_for_task = shared.clone();
         let kind = resource.kind.clone();
@@ -399,6 +404,11 @@ impl Worker {
             if leading && !self.was_leading {
                 // Another replica may have written since: read the reports again.
                 self.written.clear();
+                if let Err(err) = self.read_reports().await {
+                    // Each namespace's report is then read when it is first evaluated; only
+                    // reports of namespaces emptied meanwhile are left until a later start.
+                    tracing::warn!(error = %err, "cannot list the PolicyReports written before");
+                }
                 everything = true;
             }
             self.was_leading = leading;
@@ -414,7 +424,7 @@ impl Worker {
             tokio::time::sleep(self.options.debounce).await;
             let batch = self.shared.take();
             if !batch.is_empty() {
-                self.pass(batch).await;
+                self.pass(batch, &stop).await;
             }
         }
     }
@@ -436,57 +446,43 @@ impl Worker {
         namespaces
     }
 
-    /// Evaluates and reports the namespaces of `batch`.
-    async fn pass(&mut self, batch: BTreeSet<String>) {
+    /// Evaluates and reports the namespaces of `batch`, one at a time: only one namespace's
+    /// objects are copied out of the caches and evaluated at once, however many are queued.
+    async fn pass(&mut self, batch: BTreeSet<String>, stop: &watch::Receiver<bool>) {
         let started = Instant::now();
-        let mut values: BTreeMap<String, Vec<serde_json::Value>> =
+        // The caches' own objects (shared, not copied), by namespace and watched resource.
+        let mut objects: BTreeMap<String, Vec<(usize, Arc<DynamicObject>)>> =
             batch.iter().map(|ns| (ns.clone(), Vec::new())).collect();
-        for watched in &self.watched {
+        for (index, watched) in self.watched.iter().enumerate() {
             for object in watched.store.state() {
                 let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
-                if let Some(list) = values.get_mut(namespace) {
-                    list.push(live::object_value(&object, &watched.resource));
+                if let Some(list) = objects.get_mut(namespace) {
+                    list.push((index, object));
                 }
             }
         }
-        let served = self.served.get();
-        let candidate = self.candidate.as_ref().map(|c| c.get());
-        // Evaluation is CPU work: off the async threads.
-        let evaluated = tokio::task::spawn_blocking(move || {
-            values
-                .into_iter()
-                .map(|(namespace, values)| {
-                    let inputs = Inputs::from_files(live::files_by_namespace(values));
-                    let subjects = inputs.subjects(served.inventory.as_ref());
-                    let candidate_chains = candidate.as_deref().map(ServedChains);
-                    let findings = audit::evaluate_all(
-                        subjects,
-                        &ServedChains(&served),
-                        candidate_chains.as_ref().map(|c| c as &dyn Chains),
-                    );
-                    let names: BTreeMap<String, String> = served
-                        .chains
-                        .iter()
-                        .map(|(kind, chain)| (kind.as_str().to_string(), chain.name()))
-                        .collect();
-                    (namespace, findings, names)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        let evaluated = match evaluated {
-            Ok(evaluated) => evaluated,
-            Err(err) => {
-                tracing::error!(error = %err, "evaluation task failed; retrying the namespaces");
-                for namespace in batch {
+        let mut evaluated = 0;
+        let mut pending = objects.into_iter();
+        while let Some((namespace, list)) = pending.next() {
+            // A first pass over a large cluster takes a while: stop between namespaces when
+            // shutting down or when another replica took over, and leave the rest queued.
+            if *stop.borrow() || !self.shared.leading.load(Ordering::Acquire) {
+                self.shared.enqueue(&namespace);
+                for (namespace, _) in pending.by_ref() {
                     self.shared.enqueue(&namespace);
                 }
-                return;
+                break;
             }
-        };
-        let mut objects = 0;
-        for (namespace, findings, names) in evaluated {
-            objects += findings.len();
+            let values: Vec<serde_json::Value> = list
+                .iter()
+                .map(|(index, object)| live::object_value(object, &self.watched[*index].resource))
+                .collect();
+            drop(list);
+            let Some(findings) = self.evaluate(values).await else {
+                self.shared.enqueue(&namespace);
+                continue;
+            };
+            evaluated += findings.len();
             for finding in &findings {
                 self.shared
                     .metrics
@@ -495,37 +491,96 @@ impl Worker {
             }
             self.summaries
                 .insert(namespace.clone(), Summary::of(&findings));
-            if let Err(err) = self.report(&namespace, &findings, &names).await {
+            // Before the report is written: whoever reads a report then finds the metrics
+            // counting it.
+            self.gauges();
+            if let Err(err) = self.report(&namespace, &findings).await {
                 tracing::warn!(%namespace, error = %err, "cannot write the PolicyReport; retrying");
                 Metrics::count(&self.shared.metrics.report_writes, "failed");
                 self.shared.enqueue(&namespace);
             }
             self.events(&namespace, &findings).await;
         }
-        self.gauges();
         tracing::debug!(
-            objects,
+            objects = evaluated,
             elapsed_ms = started.elapsed().as_millis(),
             "pass done"
         );
     }
 
+    /// The findings of one namespace's objects; `None` when the evaluation task failed.
+    async fn evaluate(&self, values: Vec<serde_json::Value>) -> Option<Vec<Finding>> {
+        let served = self.served.get();
+        let candidate = self.candidate.as_ref().map(|c| c.get());
+        // Evaluation is CPU work: off the async threads.
+        let evaluated = tokio::task::spawn_blocking(move || {
+            let inputs = Inputs::from_files(live::files_by_namespace(values));
+            let subjects = inputs.subjects(served.inventory.as_ref());
+            let candidate_chains = candidate.as_deref().map(ServedChains);
+            audit::evaluate_all(
+                subjects,
+                &ServedChains(&served),
+                candidate_chains.as_ref().map(|c| c as &dyn Chains),
+            )
+        })
+        .await;
+        match evaluated {
+            Ok(findings) => Some(findings),
+            Err(err) => {
+                tracing::error!(error = %err, "evaluation task failed; retrying the namespace");
+                None
+            }
+        }
+    }
+
     fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
-            "policyreports",
-        );
-        Api::namespaced_with(self.client.clone(), namespace, &resource)
+        Api::namespaced_with(self.client.clone(), namespace, &report::resource())
+    }
+
+    /// Reads the reports written before (by an earlier process or another replica), a few at
+    /// a time: their digests, so unchanged ones are not written again; their failures, so
+    /// they are not announced again; their namespaces, so the report of a namespace emptied
+    /// meanwhile is deleted rather than left behind.
+    async fn read_reports(&mut self) -> Result<(), kube::Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &report::resource());
+        // Reports are up to a few hundred KiB each: small pages keep the listing small.
+        let mut params = ListParams::default().labels(report::SELECTOR).limit(10);
+        loop {
+            let page = api.list(&params).await?;
+            for existing in &page.items {
+                let namespace = existing.metadata.namespace.as_deref().unwrap_or("default");
+                let watched = self.options.namespaces.is_empty()
+                    || self.options.namespaces.iter().any(|n| n == namespace);
+                if existing.metadata.name.as_deref() == Some(report::REPORT_NAME) && watched {
+                    self.remember(namespace, existing);
+                }
+            }
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes in a report found in the cluster: its digest as the one written, its failures as
+    /// announced.
+    fn remember(&mut self, namespace: &str, existing: &DynamicObject) {
+        if let Some(gate) = self.gate.as_mut() {
+            seed_from_report(gate, namespace, &existing.data);
+        }
+        let found = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(report::FINGERPRINT_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        self.written.insert(namespace.to_string(), found);
     }
 
     /// Writes the namespace's PolicyReport when its results changed; deletes it when the
     /// namespace has no audited object left.
-    async fn report(
-        &mut self,
-        namespace: &str,
-        findings: &[Finding],
-        names: &BTreeMap<String, String>,
-    ) -> Result<(), kube::Error> {
+    async fn report(&mut self, namespace: &str, findings: &[Finding]) -> Result<(), kube::Error> {
         let api = self.reports_api(namespace);
         if findings.is_empty() {
             self.summaries.remove(namespace);
@@ -541,24 +596,17 @@ impl Worker {
             }
             return Ok(());
         }
+        let served = self.served.get();
         let policy = |kind: &str| {
-            names
-                .get(kind)
-                .cloned()
-                .unwrap_or_else(|| "nicpolicy".into())
+            ObjectKind::from_kind(kind)
+                .and_then(|kind| served.chains.get(&kind))
+                .map_or_else(|| "nicpolicy".to_string(), PolicyChain::name)
         };
         let built = report::build(namespace, &policy, findings, self.options.bounds);
         if !self.written.contains_key(namespace) {
             // First look since start (or since taking the lead): the report may be current.
             if let Some(existing) = api.get_opt(report::REPORT_NAME).await? {
-                let found = existing
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(report::FINGERPRINT_ANNOTATION))
-                    .cloned()
-                    .unwrap_or_default();
-                self.written.insert(namespace.to_string(), found);
+                self.remember(namespace, &existing);
             }
         }
         if self.written.get(namespace) == Some(&built.fingerprint) {
@@ -688,6 +736,33 @@ impl Worker {
                 })
                 .set(gauge(n));
         }
+    }
+}
+
+/// Tells `gate` which objects the report found at start (written by an earlier process or
+/// another replica) lists as failing, and why, so their failures are not announced twice.
+fn seed_from_report(gate: &mut EventGate, namespace: &str, report: &serde_json::Value) {
+    let mut failing: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
+    for result in report["results"].as_array().into_iter().flatten() {
+        if result["result"] != "fail" {
+            continue;
+        }
+        let resource = &result["resources"][0];
+        let (Some(kind), Some(name), Some(field), Some(rule)) = (
+            resource["kind"].as_str(),
+            resource["name"].as_str(),
+            result["properties"]["field"].as_str(),
+            result["rule"].as_str(),
+        ) else {
+            continue;
+        };
+        failing
+            .entry(format!("{namespace}/{kind}/{name}"))
+            .or_default()
+            .push((field, rule));
+    }
+    for (key, violations) in failing {
+        gate.seed(&key, violations);
     }
 }
 

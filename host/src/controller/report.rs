@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -15,6 +16,8 @@ pub const REPORT_NAME: &str = "nicpolicy";
 pub const FINGERPRINT_ANNOTATION: &str = "nicpolicy.io/results-sha256";
 /// Annotation saying how many results were left out to keep the report bounded.
 pub const TRUNCATED_ANNOTATION: &str = "nicpolicy.io/results-left-out";
+/// Label selector of the reports this controller writes.
+pub const SELECTOR: &str = "app.kubernetes.io/managed-by=nicpolicy";
 /// Messages longer than this are cut: a report stays far below etcd's 1.5 MiB object limit.
 const MAX_MESSAGE: usize = 1024;
 
@@ -42,6 +45,14 @@ pub struct Report {
     pub fingerprint: String,
     /// Results left out by the bound.
     pub left_out: usize,
+}
+
+/// The PolicyReport resource (`wgpolicyk8s.io/v1alpha2`, `policyreports`).
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
+        "policyreports",
+    )
 }
 
 /// `pass`, `fail`, `skip` or `error`, as PolicyReports spell results.
@@ -83,6 +94,13 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     let mut properties = BTreeMap::new();
     if let Some(cluster) = &finding.cluster {
         properties.insert("cluster", format!("{}/{}", cluster.kind, cluster.name));
+    }
+    if let Some(why) = finding
+        .message
+        .as_ref()
+        .filter(|_| finding.request.as_ref().is_some_and(|r| r.cluster_unknown))
+    {
+        properties.insert("clusterUnknown", cut(why));
     }
     if let Some(shadow) = &finding.shadow {
         properties.insert("candidate", shadow.change.as_str().to_string());

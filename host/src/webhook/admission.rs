@@ -240,9 +240,11 @@ pub(super) fn finish(
     result: &'static str,
     served: &Served,
 ) -> Answer {
+    let body = encode(response);
+    crate::stages::mark(crate::stages::Stage::ResponseEncode);
     Answer {
         http_status: 200,
-        body: encode(response),
+        body,
         allowed,
         result,
         generation: served.generation,

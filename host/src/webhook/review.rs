@@ -15,6 +15,7 @@ use nicpolicy_plugin::{
 };
 
 use crate::lifecycle;
+use crate::stages::{self, Stage};
 use serde_json::Value;
 
 use super::admission::{
@@ -190,6 +191,7 @@ impl Reviewer {
                 result: answer.result.to_string(),
             })
             .inc();
+        stages::mark(Stage::Metrics);
         answer
     }
 
@@ -214,15 +216,18 @@ impl Reviewer {
                 generation,
             ))
         })?;
+        stages::mark(Stage::BodyParse);
         // The objects are moved out, not copied: `read_machine` reads them (with field paths
         // in its errors) and the rest of the review is small.
         let object = raw.pointer_mut("/request/object").map(Value::take);
         let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
         let request = review_request(&raw, generation).map_err(malformed)?;
         self.check_kind(endpoint, kind, &request, &served)?;
+        stages::mark(Stage::ReviewDecode);
         let objects = self.read_objects(&request, object, old_object, &served)?;
         let machine = &objects.machine;
         let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
+        stages::mark(Stage::ObjectMapping);
         // Defaulting an object that is being deleted helps nobody: leave it alone.
         if endpoint == Endpoint::Mutate && machine.is_deleting() {
             return Err(allow(&request, None, Vec::new(), &served));
@@ -238,6 +243,7 @@ impl Reviewer {
                     (Cluster::unknown(&name, namespace), true)
                 }
             };
+        stages::mark(Stage::ClusterLookup);
         let policy = Request {
             operation: match request.operation {
                 Operation::Update => PolicyOperation::Update,
@@ -252,6 +258,7 @@ impl Reviewer {
             cluster_unknown,
             baseline: false,
         };
+        stages::mark(Stage::RequestBuild);
         Ok(Job {
             request,
             object: objects.object,
@@ -438,10 +445,12 @@ impl Reviewer {
             );
         };
         self.metrics.in_flight.inc();
+        stages::mark(Stage::Metrics);
         let evaluate = |request: &Request| match &self.native {
             Some(native) => {
                 let started = std::time::Instant::now();
                 let decision = native(request);
+                stages::mark(Stage::Rules);
                 Ok(ChainEvaluation {
                     decision,
                     warned: Vec::new(),
@@ -454,6 +463,7 @@ impl Reviewer {
         };
         // Deletions, request faults, unknown clusters and ratcheted updates, as everywhere.
         let result = lifecycle::judge(&job.policy, evaluate);
+        stages::mark(Stage::Combine);
         self.metrics.in_flight.dec();
         let evaluation = match result {
             Ok(evaluation) => evaluation,
@@ -474,9 +484,11 @@ impl Reviewer {
                 .observe(step.elapsed.as_secs_f64());
         }
         warned::count_failures(&evaluation, &self.metrics, &job.display);
+        stages::mark(Stage::Metrics);
         for line in &evaluation.logs {
             tracing::debug!(machine = %job.display, level = ?line.level, "policy: {}", line.message);
         }
+        stages::mark(Stage::Logging);
         match job.endpoint {
             Endpoint::Validate => self.validated(&job, &evaluation),
             Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.enforced_name()),
@@ -508,15 +520,18 @@ impl Reviewer {
             &self.metrics,
         ));
         if decision.allowed {
+            stages::mark(Stage::Patch);
             return allow(&job.request, None, warnings, &job.served);
         }
         tracing::info!(machine = %job.display, uid = %job.request.uid, violations = decision.violations.len(), "denied");
+        stages::mark(Stage::Logging);
         let mut response = AdmissionResponse::from(&job.request);
         response.allowed = false;
         response.result = invalid_status(job.kind, &job.policy.machine.name, decision);
         if !warnings.is_empty() {
             response.warnings = Some(warnings);
         }
+        stages::mark(Stage::Patch);
         finish(response, false, "denied", &job.served)
     }
 
@@ -539,6 +554,7 @@ impl Reviewer {
         let operations = patch_operations(job.kind, &job.object, decision, plan.as_ref());
         let patch = (!operations.is_empty()).then_some(Patch(operations));
         let warnings = warned::mutation_warnings(job.kind, evaluation);
+        stages::mark(Stage::Patch);
         allow(&job.request, patch, warnings, &job.served)
     }
 }

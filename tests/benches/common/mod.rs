@@ -4,6 +4,10 @@
 
 #![allow(dead_code)]
 
+pub mod fleet;
+pub mod procfs;
+pub mod review;
+
 use std::path::PathBuf;
 
 use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
@@ -12,19 +16,7 @@ use nicpolicy_plugin::{
     capvcd, guest, testing, Decision, Inventory, Network, NetworkType, Request,
 };
 
-/// Extra networks of a multi-homed worker, in the order a site lists them (9 extras: 10 NICs,
-/// Cloud Director's limit).
-pub const EXTRAS: [&str; 9] = [
-    "storage-net",
-    "workload-net",
-    "backup-net",
-    "ext-dmz-net",
-    "monitoring-net",
-    "replication-net",
-    "vmotion-net",
-    "ingress-net",
-    "egress-net",
-];
+pub use fleet::EXTRAS;
 
 /// A CREATE of worker `prod-eu1-md-0-x7k2p` in cluster `prod-eu1` (primary `mgmt-net`) with
 /// `nics` NICs (1..=10): the primary, then the first `nics - 1` of [`EXTRAS`].
@@ -74,6 +66,19 @@ pub fn machine_with_inventory(nics: usize, size: usize) -> Request {
     let mut request = machine(nics);
     request.inventory = Some(inventory(size));
     request
+}
+
+/// The machines the `evaluate` benchmark compares: 1, 3 and 10 NICs, without and with the
+/// inventory of the org VDC (10 networks), named like `3nic` and `3nic-inv10`.
+pub fn evaluate_cases() -> Vec<(String, Request)> {
+    let mut cases = Vec::new();
+    for nics in [1, 3, 10] {
+        cases.push((format!("{nics}nic"), machine(nics)));
+    }
+    for nics in [1, 3, 10] {
+        cases.push((format!("{nics}nic-inv10"), machine_with_inventory(nics, 10)));
+    }
+    cases
 }
 
 /// A host as the CLI and a server set it up (pooling allocator), with its module cache in
@@ -190,4 +195,29 @@ pub fn show_ns(ns: f64) -> String {
     } else {
         format!("{ns:.0} ns")
     }
+}
+
+/// `--name N` from the command line, else `default`.
+pub fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// Whether `cargo bench` runs this (`cargo test --benches` runs bench targets without
+/// `--bench`: keep that quick).
+pub fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The median of `samples` (sorted in place).
+pub fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }

@@ -124,6 +124,18 @@ impl Process {
         }
     }
 
+    /// SIGKILL, without a chance to clean up. Returns the exit status text.
+    pub fn kill(&mut self) -> String {
+        let Some(mut child) = self.child.take() else {
+            return "not running".into();
+        };
+        let _ = child.kill();
+        match child.wait() {
+            Ok(status) => status.to_string(),
+            Err(err) => err.to_string(),
+        }
+    }
+
     /// The last `lines` lines of the log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log, lines)

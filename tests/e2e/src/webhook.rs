@@ -73,29 +73,36 @@ pub fn edit_config(dir: &Path, file: &str, from: &str, to: &str) {
 /// A kubeconfig with a token of the shipped ServiceAccount (config/rbac.yaml applied into
 /// config/namespace.yaml's namespace, as kustomize does), made once per control plane.
 pub fn service_account_kubeconfig(plane: &ControlPlane) -> PathBuf {
-    let path = plane.dir.join("nicpolicy-webhook.kubeconfig");
+    let config = workspace().join("config");
+    service_account_token(
+        plane,
+        "nicpolicy-webhook",
+        &[config.join("namespace.yaml"), config.join("rbac.yaml")],
+    )
+}
+
+/// A kubeconfig with a token of ServiceAccount `name` in nicpolicy-system, after applying
+/// `manifests` there (the ServiceAccount and its RBAC), made once per control plane. The token
+/// comes from TokenRequest, as the kubelet gets a pod's projected token.
+pub fn service_account_token(plane: &ControlPlane, name: &str, manifests: &[PathBuf]) -> PathBuf {
+    let path = plane.dir.join(format!("{name}.kubeconfig"));
     if path.is_file() {
         return path;
     }
     let kubectl = plane.kubectl();
-    let config = workspace().join("config");
-    kubectl.ok(&[
-        "apply",
-        "-f",
-        &config.join("namespace.yaml").to_string_lossy(),
-    ]);
-    kubectl.ok(&[
-        "apply",
-        "-n",
-        "nicpolicy-system",
-        "-f",
-        &config.join("rbac.yaml").to_string_lossy(),
-    ]);
-    // TokenRequest, as the kubelet gets the pod's projected token.
+    for manifest in manifests {
+        kubectl.ok(&[
+            "apply",
+            "-n",
+            "nicpolicy-system",
+            "-f",
+            &manifest.to_string_lossy(),
+        ]);
+    }
     let token = kubectl.ok(&[
         "create",
         "token",
-        "nicpolicy-webhook",
+        name,
         "-n",
         "nicpolicy-system",
         "--duration=24h",
@@ -108,8 +115,25 @@ pub fn service_account_kubeconfig(plane: &ControlPlane) -> PathBuf {
             &format!("token: {}", token.trim()),
         ),
     )
-    .expect("write the webhook's kubeconfig");
+    .expect("write a ServiceAccount's kubeconfig");
     path
+}
+
+/// `nicpolicy SUBCOMMAND` as the suites run it: as the identity of `kubeconfig` (never the
+/// environment's cluster), logging at debug, with one module cache for every process.
+pub fn nicpolicy_command(subcommand: &str, kubeconfig: &Path) -> Command {
+    let mut command = Command::new(&binaries().nicpolicy);
+    command
+        .arg(subcommand)
+        .arg("--log-level=info,nicpolicy=debug")
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .env(
+            "NICPOLICY_CACHE_DIR",
+            std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
+        );
+    command
 }
 
 impl Webhook {
@@ -139,24 +163,15 @@ impl Webhook {
 
     async fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.ca_file);
-        let mut command = Command::new(&binaries().nicpolicy);
+        let mut command = nicpolicy_command("serve", &self.kubeconfig);
         command
-            .arg("serve")
             .arg("--config")
             .arg(self.config_dir.join("nicpolicy.yaml"))
             .arg("--tls-self-signed")
             .arg("--ca-bundle")
             .arg(&self.ca_file)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .arg("--log-level=info,nicpolicy=debug")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("RUST_LOG")
-            .env(
-                "NICPOLICY_CACHE_DIR",
-                std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
-            );
+            .arg(format!("127.0.0.1:{}", self.port));
         let process = Process::spawn("nicpolicy", command, &self.config_dir.join("nicpolicy.log"))
             .expect("nicpolicy serve starts");
         self.process = Some(process);

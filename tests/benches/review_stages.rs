@@ -1,0 +1,273 @@
+//! Where the time of a review goes, stage by stage, with the policy in Wasm and with the rules
+//! native, in one process: the webhook's review path (`Reviewer::review`, no HTTP or TLS) on the
+//! load generator's mix, then single evaluations (`Policy::evaluate`) against the native round
+//! trip, on the inputs of the `evaluate` benchmark. The stage clock is `nicpolicy::stages`; the
+//! variants run interleaved, round after round, and each stage's median over the rounds is
+//! shown, so a slow spell of the machine hits every variant alike.
+//!
+//! The guest's own stages (decode, rules, encode) need a build of the CAPVCD policy with the
+//! plugin's `stage-marks` feature: `tests/benches/review_stages.sh` builds it and passes it as
+//! `NICPOLICY_BENCH_STAGE_WASM=FILE`; without it, the guest call is one stage.
+//!
+//! `cargo bench -p nicpolicy-tests --bench review_stages [-- --rounds N --batch N]`
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use common::review::{self, Review};
+use nicpolicy::stages::{self, Spent, Stage};
+use nicpolicy::webhook::Reviewer;
+use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
+use nicpolicy_plugin::schema::EvaluateOutput;
+use nicpolicy_plugin::{capvcd, Decision, Request};
+
+/// Each stage's median over every recorded review or evaluation (a preempted one moves the
+/// median of no stage), then the median time after the last mark and of the total, in
+/// nanoseconds.
+fn medians(samples: &[Spent]) -> Vec<f64> {
+    let column = |time: &dyn Fn(&Spent) -> std::time::Duration| {
+        let mut values: Vec<f64> = samples.iter().map(|s| time(s).as_nanos() as f64).collect();
+        common::median(&mut values)
+    };
+    let mut row: Vec<f64> = Stage::ALL
+        .iter()
+        .map(|stage| column(&|s: &Spent| s.get(*stage)))
+        .collect();
+    // Time after the last mark (returning the answer) belongs to no stage of its own.
+    row.push(column(&|s: &Spent| s.unmarked));
+    row.push(column(&|s: &Spent| s.total()));
+    row
+}
+
+/// Prints one table: a column per variant, a row per stage any variant spent time in, the
+/// total, and the difference of the last variant from the first.
+fn table(title: &str, labels: &[String], medians: &[Vec<f64>]) {
+    println!("\n{title}");
+    let header: Vec<&str> = labels.iter().map(String::as_str).collect();
+    println!(
+        "| stage | {} | {} − {} |",
+        header.join(" | "),
+        header[header.len() - 1],
+        header[0]
+    );
+    println!("|---|{}---|", "---|".repeat(labels.len()));
+    let names: Vec<&str> = Stage::ALL
+        .iter()
+        .map(|s| s.describe())
+        .chain(["(after the last stage)", "**total**"])
+        .collect();
+    for (row, name) in names.iter().enumerate() {
+        let values: Vec<f64> = medians.iter().map(|m| m[row]).collect();
+        if values.iter().all(|v| *v < 5.0) {
+            continue;
+        }
+        let cells: Vec<String> = values.iter().map(|v| common::show_ns(*v)).collect();
+        let diff = values[values.len() - 1] - values[0];
+        let sign = if diff < 0.0 { "−" } else { "+" };
+        println!(
+            "| {name} | {} | {sign}{} |",
+            cells.join(" | "),
+            common::show_ns(diff.abs())
+        );
+    }
+    let total = |m: &Vec<f64>| m[m.len() - 1];
+    let sum = |m: &Vec<f64>| m[..m.len() - 1].iter().sum::<f64>();
+    let sums: Vec<String> = medians.iter().map(|m| common::show_ns(sum(m))).collect();
+    println!("| (sum of the stage medians) | {} | |", sums.join(" | "));
+    let (first, last) = (total(&medians[0]), total(&medians[medians.len() - 1]));
+    println!(
+        "\n{} / {}: ×{:.2}; {} adds {} per review, {:.0} % of its total",
+        header[header.len() - 1],
+        header[0],
+        last / first,
+        header[header.len() - 1],
+        common::show_ns(last - first),
+        100.0 * (last - first) / last
+    );
+}
+
+/// The review path: every reviewer answers the mix, `batch` reviews per round.
+fn review_path(rounds: usize, batch: usize, marked: Option<&str>) {
+    let reviews = review::reviews();
+    let mut reviewers: Vec<(String, Arc<Reviewer>)> = vec![
+        (
+            "rules native".to_string(),
+            review::reviewer("native", "{builtin: capvcd}", true),
+        ),
+        (
+            "Wasm".to_string(),
+            review::reviewer("wasm", "{builtin: capvcd}", false),
+        ),
+    ];
+    if let Some(file) = marked {
+        reviewers.insert(
+            1,
+            (
+                "Wasm, stage-marked build".to_string(),
+                review::reviewer("wasm-marked", &format!("{{path: {file}}}"), false),
+            ),
+        );
+    }
+    review::same_answers(&reviewers, &reviews);
+    let per_round = batch.div_ceil(reviews.len()).max(1);
+    // Per reviewer, per review of the mix.
+    let mut samples: Vec<Vec<Vec<Spent>>> = vec![vec![Vec::new(); reviews.len()]; reviewers.len()];
+    for _ in 0..rounds {
+        for ((_, reviewer), samples) in reviewers.iter().zip(&mut samples) {
+            for _ in 0..per_round {
+                for (review, samples) in reviews.iter().zip(samples.iter_mut()) {
+                    let Review {
+                        endpoint,
+                        kind,
+                        body,
+                        ..
+                    } = review;
+                    let (answer, one) =
+                        stages::record(|| reviewer.review(*endpoint, *kind, black_box(body)));
+                    black_box(answer);
+                    samples.push(one);
+                }
+            }
+        }
+    }
+    // The mix is even: a review of it costs the mean of the four reviews' medians.
+    let medians: Vec<Vec<f64>> = samples
+        .iter()
+        .map(|per_review| {
+            let each: Vec<Vec<f64>> = per_review.iter().map(|s| medians(s)).collect();
+            (0..each[0].len())
+                .map(|c| each.iter().map(|m| m[c]).sum::<f64>() / each.len() as f64)
+                .collect()
+        })
+        .collect();
+    let labels: Vec<String> = reviewers.iter().map(|(l, _)| l.clone()).collect();
+    table(
+        &format!(
+            "review path in process, per review of the load generator's mix: medians over {rounds} \
+             interleaved rounds of {} reviews",
+            per_round * reviews.len()
+        ),
+        &labels,
+        &medians,
+    );
+}
+
+/// The native round trip of the `evaluate` benchmark, marked like the Wasm path: the host's
+/// encode, the guest's decode, rules and encode, the host's decode and checks.
+fn native_round_trip(request: &Request) -> Decision {
+    let input = serde_json::to_vec(request).expect("requests encode");
+    stages::mark(Stage::RequestEncode);
+    let decoded: Request = serde_json::from_slice(&input).expect("requests decode");
+    stages::mark(Stage::GuestDecode);
+    let decision = capvcd::evaluate(&decoded);
+    stages::mark(Stage::Rules);
+    let output = serde_json::to_vec(&EvaluateOutput::Decision(decision)).expect("decisions encode");
+    stages::mark(Stage::GuestEncode);
+    let decision = nicpolicy::policy::decode_decision(&output).expect("decisions decode");
+    stages::mark(Stage::OutputDecode);
+    decision
+}
+
+type Evaluator = Box<dyn Fn(&Request) -> Decision>;
+
+/// Single evaluations on the inputs of the `evaluate` benchmark.
+fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
+    let host = Host::new(HostConfig {
+        cache_dir: None,
+        max_instances: 8,
+        ..HostConfig::default()
+    })
+    .expect("engine starts");
+    let load = |wasm: &[u8]| -> Policy {
+        host.load(wasm, PolicyOptions::default())
+            .expect("the CAPVCD policy loads")
+    };
+    let wasm = |policy: Policy| -> Evaluator {
+        Box::new(move |request| {
+            policy
+                .evaluate(request)
+                .expect("the CAPVCD policy evaluates")
+                .decision
+        })
+    };
+    let mut variants: Vec<(String, Evaluator)> = vec![
+        ("native round trip".to_string(), Box::new(native_round_trip)),
+        (
+            "Wasm".to_string(),
+            wasm(load(nicpolicy::builtin::CAPVCD_WASM)),
+        ),
+    ];
+    if let Some(bytes) = marked {
+        variants.insert(
+            1,
+            ("Wasm, stage-marked build".to_string(), wasm(load(bytes))),
+        );
+    }
+    let cases = common::evaluate_cases();
+    let labels: Vec<String> = variants.iter().map(|(l, _)| l.clone()).collect();
+    let mut ratios = Vec::new();
+    for (name, request) in &cases {
+        let decisions: Vec<Decision> = variants.iter().map(|(_, run)| run(request)).collect();
+        assert!(
+            decisions.iter().all(|d| *d == decisions[0]),
+            "{name}: every variant decides alike"
+        );
+        let mut samples: Vec<Vec<Spent>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for ((_, run), samples) in variants.iter().zip(&mut samples) {
+                for _ in 0..batch {
+                    let (decision, one) = stages::record(|| run(black_box(request)));
+                    black_box(decision);
+                    samples.push(one);
+                }
+            }
+        }
+        let medians: Vec<Vec<f64>> = samples.iter().map(|s| medians(s)).collect();
+        let total = |m: &Vec<f64>| m[m.len() - 1];
+        ratios.push((
+            name.clone(),
+            total(&medians[0]),
+            total(&medians[medians.len() - 1]),
+        ));
+        table(
+            &format!(
+                "evaluation of {name}: medians over {rounds} interleaved rounds of {batch} evaluations"
+            ),
+            &labels,
+            &medians,
+        );
+    }
+    println!("\n| machine | native round trip | Wasm | Wasm / native round trip |");
+    println!("|---|---|---|---|");
+    for (name, native, wasm) in ratios {
+        println!(
+            "| {name} | {} | {} | {:.2} |",
+            common::show_ns(native),
+            common::show_ns(wasm),
+            wasm / native
+        );
+    }
+}
+
+fn main() {
+    let benching = common::benching();
+    let rounds = common::arg("--rounds", if benching { 30 } else { 1 });
+    let batch = common::arg("--batch", if benching { 200 } else { 4 });
+    // Absolute: the reviewer's configuration file names it from another directory.
+    let marked = std::env::var("NICPOLICY_BENCH_STAGE_WASM")
+        .ok()
+        .map(|file| {
+            std::fs::canonicalize(&file)
+                .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
+                .display()
+                .to_string()
+        });
+    let marked_bytes = marked.as_ref().map(|file| {
+        std::fs::read(file)
+            .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
+    });
+    review_path(rounds, batch, marked.as_deref());
+    evaluations(rounds, batch, marked_bytes.as_deref());
+}

@@ -1,0 +1,602 @@
+//! `nicpolicy controller` against a real API server, with the identity the shipped RBAC
+//! (config/controller/rbac.yaml) gives it and no webhook registered, so the machines it audits
+//! were written unchecked, as before nicpolicy was installed: their PolicyReports, the candidate
+//! chain's differences, Events, a VCDCluster change, leader hand-over and an API server restart.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use nicpolicy_e2e::controller::{eventually, report, report_until, results_of, Settings};
+use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
+use nicpolicy_e2e::webhook::edit_config;
+use nicpolicy_e2e::{shared, ControlPlane, Controller};
+use serde_json::{json, Value};
+
+/// How long a change may take to reach a report: a watch event, the debounce (200 ms), one
+/// evaluation and one write; generous for two shared cores.
+const REPORT_DEADLINE: Duration = Duration::from_secs(30);
+/// The Lease duration of the leader tests.
+const LEASE: Duration = Duration::from_secs(4);
+/// How long the watches may take to be current again once kube-apiserver is back (they back
+/// off up to 30 s while it is down, as client-go's reflectors do).
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(60);
+
+const WRITTEN: &str = r#"nicpolicy_controller_report_writes_total{result="written"}"#;
+const LEADER: &str = "nicpolicy_controller_leader";
+
+/// Creates `name` in `namespace` as a worker of `cluster` listing `extras`.
+async fn machine(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    cluster: &str,
+    extras: &[&str],
+) {
+    create(
+        client,
+        &worker(namespace, name, Some(cluster), Some(extras)),
+        false,
+    )
+    .await
+    .unwrap_or_else(|err| panic!("cannot create {namespace}/{name}: {err}"));
+}
+
+/// Sets a machine's extra networks.
+async fn set_extras(client: &kube::Client, namespace: &str, name: &str, extras: &[&str]) {
+    api(client, namespace, "VCDMachine")
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"extraOvdcNetworks": extras}})),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("cannot patch {namespace}/{name}: {err}"));
+}
+
+/// The one result of a report for machine `name` (one per violation when denied: takes the
+/// first).
+fn result<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
+    results_of(report, name).into_iter().next()
+}
+
+fn verdict(report: &Value, name: &str) -> Option<String> {
+    result(report, name).and_then(|r| r["result"].as_str().map(str::to_string))
+}
+
+/// The Events about `name` in `namespace`.
+async fn events_about(client: &kube::Client, namespace: &str, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events list")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+#[tokio::test]
+async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-eu1";
+    cluster_namespace(&kubectl, ns);
+    machine(
+        &client,
+        ns,
+        "audit-eu1-md-0-good",
+        ns,
+        &["storage-net", "workload-net"],
+    )
+    .await;
+    machine(
+        &client,
+        ns,
+        "audit-eu1-md-0-dup",
+        ns,
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    machine(&client, ns, "audit-eu1-md-0-typo", ns, &["storag-net"]).await;
+    // Five NICs: within the NIC limit in force (6), over the candidate's (4).
+    let wide = ["storage-net", "workload-net", "backup-net", "ext-dmz-net"];
+    machine(&client, ns, "audit-eu1-md-0-wide", ns, &wide).await;
+    // Its cluster does not exist: checked without it, as the webhook checks it.
+    machine(
+        &client,
+        ns,
+        "audit-eu1-gone-md-0-a",
+        "audit-eu1-gone",
+        &["backup-net", "backup-net"],
+    )
+    .await;
+
+    let controller = Controller::start(&plane, &Settings::single("audit")).await;
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "every machine",
+        |r| {
+            results_of(r, "audit-eu1-gone-md-0-a").len() == 1
+                && result(r, "audit-eu1-md-0-wide").is_some()
+        },
+    )
+    .await;
+    eprintln!("e2e: first report in {:.1} s", took.as_secs_f64());
+    assert_eq!(report["summary"]["fail"], 3, "{report:#}");
+    assert_eq!(report["summary"]["pass"], 2, "{report:#}");
+
+    let dup = result(&report, "audit-eu1-md-0-dup").expect("dup reported");
+    assert_eq!(dup["result"], "fail");
+    assert_eq!(dup["rule"], "Duplicate");
+    assert_eq!(dup["properties"]["field"], "spec.extraOvdcNetworks[1]");
+    assert_eq!(dup["properties"]["cluster"], "Cluster/audit-eu1");
+    assert!(dup["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("spec.extraOvdcNetworks[1]: "));
+    assert_eq!(dup["resources"][0]["kind"], "VCDMachine");
+    assert!(dup["resources"][0]["uid"].is_string());
+
+    let typo = result(&report, "audit-eu1-md-0-typo").expect("typo reported");
+    assert_eq!(typo["rule"], "NotFound");
+    assert_eq!(typo["properties"]["field"], "spec.extraOvdcNetworks[0]");
+    assert!(
+        typo["message"].as_str().unwrap().contains("storage-net"),
+        "{typo}"
+    );
+
+    let good = result(&report, "audit-eu1-md-0-good").expect("good reported");
+    assert_eq!(good["result"], "pass");
+    assert_eq!(good["rule"], "nic-plan");
+    assert!(good["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("NIC plan: mgmt-net, storage-net"));
+
+    // The candidate chain (config/controller/candidate/): at most 4 NICs, DHCP on workload-net.
+    let wide = result(&report, "audit-eu1-md-0-wide").expect("wide reported");
+    assert_eq!(wide["result"], "pass");
+    assert_eq!(wide["properties"]["candidate"], "newly denied", "{wide}");
+    assert!(
+        wide["properties"]["candidateChanges"]
+            .as_str()
+            .unwrap()
+            .contains("4"),
+        "{wide}"
+    );
+    assert_eq!(good["properties"]["candidate"], "NIC plan", "{good}");
+    assert!(
+        good["properties"]["candidateChanges"]
+            .as_str()
+            .unwrap()
+            .contains("workload-net"),
+        "{good}"
+    );
+    let metrics = controller.metrics().await;
+    assert!(metrics[r#"nicpolicy_controller_candidate_differences{change="newlyDenied"}"#] >= 1.0);
+    assert!(metrics[r#"nicpolicy_controller_candidate_differences{change="nicPlan"}"#] >= 1.0);
+    assert!(metrics[r#"nicpolicy_controller_violations{reason="Duplicate"}"#] >= 2.0);
+
+    // A machine of a cluster that does not exist: the rules that need no cluster still deny.
+    let gone = result(&report, "audit-eu1-gone-md-0-a").expect("reported");
+    assert_eq!(gone["result"], "fail", "{gone}");
+    assert_eq!(gone["rule"], "Duplicate");
+    assert!(
+        gone["properties"]["clusterUnknown"]
+            .as_str()
+            .unwrap()
+            .contains("audit-eu1-gone"),
+        "{gone}"
+    );
+    assert!(gone["properties"].get("cluster").is_some());
+
+    // The failures found at start each got a Warning Event naming the field.
+    for name in ["audit-eu1-md-0-dup", "audit-eu1-md-0-typo"] {
+        let events = events_about(&client, ns, name).await;
+        let event = events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("NetworkPolicyViolation"))
+            .unwrap_or_else(|| panic!("no Event on {name}: {events:?}"));
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        assert!(event
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("spec.extraOvdcNetworks["));
+        assert_eq!(
+            event.reporting_controller.as_deref(),
+            Some("nicpolicy-controller")
+        );
+    }
+    assert!(events_about(&client, ns, "audit-eu1-md-0-good")
+        .await
+        .is_empty());
+
+    // A fix clears the machine's failure; only this namespace's report is written again.
+    let written = controller.metric(WRITTEN).await;
+    set_extras(&client, ns, "audit-eu1-md-0-dup", &["storage-net"]).await;
+    let (report, took) = report_until(&client, ns, REPORT_DEADLINE, &controller, "the fix", |r| {
+        verdict(r, "audit-eu1-md-0-dup").as_deref() == Some("pass")
+    })
+    .await;
+    eprintln!("e2e: fix reported in {:.1} s", took.as_secs_f64());
+    assert_eq!(report["summary"]["fail"], 2);
+    assert_eq!(results_of(&report, "audit-eu1-md-0-dup").len(), 1);
+    assert_eq!(controller.metric(WRITTEN).await - written, 1.0);
+
+    // A machine that newly fails gets its Event.
+    set_extras(
+        &client,
+        ns,
+        "audit-eu1-md-0-good",
+        &["workload-net", "workload-net"],
+    )
+    .await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the new failure",
+        |r| verdict(r, "audit-eu1-md-0-good").as_deref() == Some("fail"),
+    )
+    .await;
+    eventually(
+        REPORT_DEADLINE,
+        "an Event on the newly failing machine",
+        || async {
+            !events_about(&client, ns, "audit-eu1-md-0-good")
+                .await
+                .is_empty()
+        },
+    )
+    .await;
+    // Nothing audited was written by the controller.
+    let stored = api(&client, ns, "VCDMachine")
+        .get("audit-eu1-md-0-typo")
+        .await
+        .expect("stored");
+    let managers: Vec<String> = stored
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["nicpolicy-e2e"]);
+}
+
+#[tokio::test]
+async fn a_vcdcluster_change_re_evaluates_its_machines() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-us1";
+    cluster_namespace(&kubectl, ns);
+    machine(&client, ns, "audit-us1-md-0-a", ns, &["backup-net"]).await;
+    machine(&client, ns, "audit-us1-md-0-b", ns, &["storage-net"]).await;
+    let controller = Controller::start(&plane, &Settings::single("recluster")).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "both machines passing",
+        |r| r["summary"]["pass"] == 2,
+    )
+    .await;
+
+    // The cluster's primary network moves to backup-net: machine a now lists it twice.
+    kubectl.ok(&[
+        "patch",
+        "vcdcluster",
+        "-n",
+        ns,
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"ovdcNetwork":"backup-net"}}"#,
+    ]);
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the new primary network",
+        |r| verdict(r, "audit-us1-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    eprintln!(
+        "e2e: VCDCluster change reported in {:.1} s",
+        took.as_secs_f64()
+    );
+    let a = result(&report, "audit-us1-md-0-a").expect("a");
+    assert_eq!(a["properties"]["field"], "spec.extraOvdcNetworks[0]");
+    assert!(a["message"].as_str().unwrap().contains("backup-net"), "{a}");
+    let b = result(&report, "audit-us1-md-0-b").expect("b");
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("NIC plan: backup-net"),
+        "{b}"
+    );
+}
+
+#[tokio::test]
+async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-ha";
+    cluster_namespace(&kubectl, ns);
+    machine(&client, ns, "audit-ha-md-0-a", ns, &["storage-net"]).await;
+    machine(
+        &client,
+        ns,
+        "audit-ha-md-0-b",
+        ns,
+        &["backup-net", "backup-net"],
+    )
+    .await;
+    let settings = |identity: &str| Settings {
+        lease: Some(("e2e-handover".to_string(), LEASE)),
+        ..Settings::single(identity)
+    };
+    let first = Controller::start(&plane, &settings("replica-a")).await;
+    let second = Controller::start(&plane, &settings("replica-b")).await;
+    let mut replicas = [first, second];
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &replicas[0],
+        "both machines",
+        |r| r["summary"]["pass"] == 1 && r["summary"]["fail"] == 1,
+    )
+    .await;
+    eventually(
+        REPORT_DEADLINE,
+        "an Event on the failing machine",
+        || async { events_about(&client, ns, "audit-ha-md-0-b").await.len() == 1 },
+    )
+    .await;
+
+    // Exactly one leads, and only it writes.
+    let mut leaders = Vec::new();
+    for (i, replica) in replicas.iter().enumerate() {
+        if replica.metric(LEADER).await == 1.0 {
+            leaders.push(i);
+        }
+    }
+    assert_eq!(leaders.len(), 1, "one leader, not {leaders:?}");
+    let leader = leaders[0];
+    let standby = 1 - leader;
+    assert!(replicas[leader].metric(WRITTEN).await >= 1.0);
+    assert_eq!(replicas[standby].metric(WRITTEN).await, 0.0);
+    assert_eq!(replicas[standby].metric(LEADER).await, 0.0);
+
+    // The leader dies without handing the Lease back; a change made meanwhile is reported by
+    // the standby once the Lease has expired.
+    replicas[leader].kill();
+    let killed = Instant::now();
+    set_extras(
+        &client,
+        ns,
+        "audit-ha-md-0-a",
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    report_until(
+        &client,
+        ns,
+        LEASE * 5,
+        &replicas[standby],
+        "the change, from the standby",
+        |r| verdict(r, "audit-ha-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    let took = killed.elapsed();
+    eprintln!(
+        "e2e: standby reported {:.1} s after the leader died (lease {} s)",
+        took.as_secs_f64(),
+        LEASE.as_secs()
+    );
+    // Expiry (one duration) plus at most one renewal period and one pass.
+    assert!(took < LEASE * 2 + Duration::from_secs(3), "took {took:?}");
+    assert_eq!(replicas[standby].metric(LEADER).await, 1.0);
+    assert!(replicas[standby].metric(WRITTEN).await >= 1.0);
+    assert!(replicas[standby].log().contains("leading"));
+    // The new leader announces the new failure, not the one its predecessor announced (read
+    // back from the report).
+    eventually(
+        REPORT_DEADLINE,
+        "an Event on the newly failing machine",
+        || async {
+            !events_about(&client, ns, "audit-ha-md-0-a")
+                .await
+                .is_empty()
+        },
+    )
+    .await;
+    assert_eq!(events_about(&client, ns, "audit-ha-md-0-b").await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_controller_keeps_reporting_across_an_api_server_restart() {
+    // Its own control plane: the restart would disturb the other tests.
+    let mut plane = ControlPlane::start("controller-restart").expect("the control plane starts");
+    let kubectl = plane.kubectl();
+    let ns = "audit-restart";
+    cluster_namespace(&kubectl, ns);
+    let client = plane.client().await;
+    machine(
+        &client,
+        ns,
+        "audit-restart-md-0-a",
+        ns,
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    let settings = Settings {
+        lease: Some(("e2e-restart".to_string(), LEASE)),
+        ..Settings::single("restart")
+    };
+    let mut controller = Controller::start(&plane, &settings).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the failure",
+        |r| r["summary"]["fail"] == 1,
+    )
+    .await;
+
+    plane
+        .restart_apiserver(Duration::from_secs(3))
+        .expect("kube-apiserver comes back");
+    assert!(
+        controller.running(),
+        "nicpolicy controller exited while the API server was down:\n{}",
+        controller.log_tail(30)
+    );
+    let client = plane.client().await;
+    machine(
+        &client,
+        ns,
+        "audit-restart-md-0-b",
+        ns,
+        &["backup-net", "backup-net"],
+    )
+    .await;
+    set_extras(&client, ns, "audit-restart-md-0-a", &["storage-net"]).await;
+    let (report, took) = report_until(
+        &client,
+        ns,
+        RECOVERY_DEADLINE,
+        &controller,
+        "the changes made after the restart",
+        |r| {
+            verdict(r, "audit-restart-md-0-b").as_deref() == Some("fail")
+                && verdict(r, "audit-restart-md-0-a").as_deref() == Some("pass")
+        },
+    )
+    .await;
+    eprintln!(
+        "e2e: changes after the restart reported in {:.1} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(report["summary"]["fail"], 1);
+    assert!(controller.running());
+    assert_eq!(controller.metric(LEADER).await, 1.0);
+    let log = controller.log();
+    assert!(
+        log.contains("watch error; retrying"),
+        "the outage was noticed and retried:\n{}",
+        controller.log_tail(30)
+    );
+}
+
+#[tokio::test]
+async fn the_report_of_a_namespace_emptied_while_stopped_is_deleted() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-emptied";
+    cluster_namespace(&kubectl, ns);
+    machine(
+        &client,
+        ns,
+        "audit-emptied-md-0-a",
+        ns,
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    let mut first = Controller::start(&plane, &Settings::single("emptied-a")).await;
+    report_until(&client, ns, REPORT_DEADLINE, &first, "the failure", |r| {
+        r["summary"]["fail"] == 1
+    })
+    .await;
+    first.stop();
+
+    // The last machine goes while no controller runs; the next one finds the report and
+    // removes it rather than leave a failure that no longer exists.
+    api(&client, ns, "VCDMachine")
+        .delete("audit-emptied-md-0-a", &Default::default())
+        .await
+        .expect("machine deleted");
+    let second = Controller::start(&plane, &Settings::single("emptied-b")).await;
+    let took = eventually(REPORT_DEADLINE, "the report deleted", || async {
+        report(&client, ns).await.is_none()
+    })
+    .await;
+    eprintln!(
+        "e2e: stale report deleted {:.1} s after start",
+        took.as_secs_f64()
+    );
+    assert!(
+        second
+            .metric(r#"nicpolicy_controller_report_writes_total{result="deleted"}"#)
+            .await
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn a_policy_change_re_evaluates_every_namespace() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-reload";
+    cluster_namespace(&kubectl, ns);
+    let wide = ["storage-net", "workload-net", "backup-net"];
+    machine(&client, ns, "audit-reload-md-0-a", ns, &wide).await;
+    let controller = Controller::start(&plane, &Settings::single("reload")).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the machine passing",
+        |r| verdict(r, "audit-reload-md-0-a").as_deref() == Some("pass"),
+    )
+    .await;
+    let generation = controller
+        .metric("nicpolicy_controller_policy_generation")
+        .await;
+
+    // The site lowers its NIC limit in the configuration the controller shares with the
+    // webhook (hot-reloaded, as `serve` reloads it): the four-NIC machine now fails, with no
+    // change to any object.
+    edit_config(
+        &controller.dir,
+        "nicpolicy.yaml",
+        "maxNics: 6",
+        "maxNics: 3",
+    );
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the lower limit",
+        |r| verdict(r, "audit-reload-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    eprintln!("e2e: policy change reported in {:.1} s", took.as_secs_f64());
+    let a = result(&report, "audit-reload-md-0-a").expect("a");
+    assert_eq!(a["rule"], "TooMany", "{a}");
+    assert!(
+        controller
+            .metric("nicpolicy_controller_policy_generation")
+            .await
+            > generation
+    );
+}
