@@ -271,7 +271,7 @@ impl PolicyChain {
         let several = self.policies.len() > 1;
         let label = |name: &str, text: &str, mode: Mode| {
             if several || mode == Mode::Warn {
-                format!("[{name}] {text}")
+                attributed(name, text)
             } else {
                 text.to_string()
             }
@@ -289,6 +289,12 @@ impl PolicyChain {
         for (index, (policy, &mode)) in self.policies.iter().zip(&self.modes).enumerate() {
             let name = policy.name();
             let result = policy.evaluate(&current);
+            if let Ok(evaluation) = &result {
+                logs.extend(evaluation.logs.iter().map(|line| LogLine {
+                    level: line.level,
+                    message: label(&name, &line.message, mode),
+                }));
+            }
             if mode == Mode::Warn {
                 let result = result.map(|mut evaluation| {
                     let decision = &mut evaluation.decision;
@@ -298,10 +304,6 @@ impl PolicyChain {
                     for w in &mut decision.warnings {
                         *w = label(&name, w, mode);
                     }
-                    logs.extend(evaluation.logs.iter().map(|line| LogLine {
-                        level: line.level,
-                        message: label(&name, &line.message, mode),
-                    }));
                     evaluation
                 });
                 let would_write = result
@@ -336,10 +338,6 @@ impl PolicyChain {
             combined
                 .warnings
                 .extend(decision.warnings.iter().map(|w| label(&name, w, mode)));
-            logs.extend(evaluation.logs.iter().map(|line| LogLine {
-                level: line.level,
-                message: label(&name, &line.message, mode),
-            }));
             combined.nics = decision.nics.clone();
             combined.vapp_networks = decision.vapp_networks.clone();
             if let Some(list) = &decision.extra_ovdc_networks {
@@ -363,6 +361,11 @@ impl PolicyChain {
             elapsed: started.elapsed(),
         })
     }
+}
+
+/// A policy's message as a chain attributes it: `[name] text`.
+pub(crate) fn attributed(policy: &str, text: &str) -> String {
+    format!("[{policy}] {text}")
 }
 
 // The tests chain the built-in CAPVCD policy with hand-written modules.

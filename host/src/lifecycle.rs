@@ -23,7 +23,7 @@
 use nicpolicy_plugin::lifecycle::{adjust, deleting_failure, keep_new};
 use nicpolicy_plugin::{Decision, Reason, Request, Violation};
 
-use crate::chain::{ChainError, ChainEvaluation, Warned};
+use crate::chain::{attributed, ChainError, ChainEvaluation, Warned};
 use crate::error::EvalError;
 use crate::policy::Evaluation;
 
@@ -110,8 +110,8 @@ pub fn judge<T: Judged, E: Failure>(
             .err()
             .and_then(|error| answered(request, error))
         {
-            // Named like the warn-mode policy's own messages (see `crate::chain`).
-            let label = |text: &mut String| *text = format!("[{}] {text}", warned.policy);
+            // Named like the warn-mode policy's own messages.
+            let label = |text: &mut String| *text = attributed(&warned.policy, text);
             decision
                 .violations
                 .iter_mut()

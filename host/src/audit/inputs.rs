@@ -228,57 +228,45 @@ impl Inputs {
         if machine.namespace.is_empty() {
             machine.namespace = namespace.to_string();
         }
-        let found = match self.clusters.find(&object.value, &file.path) {
-            Ok(found) => found,
+        let (group, cluster, cluster_unknown) = match self.clusters.find(&object.value, &file.path)
+        {
+            Ok(found) => {
+                // A template named by a KubeadmControlPlane is a control-plane template:
+                // clusterctl outputs label neither kind.
+                if found.control_plane
+                    || self
+                        .control_plane_templates
+                        .contains(&(namespace.to_string(), id.name.clone()))
+                {
+                    machine.role = Role::ControlPlane;
+                }
+                (Some(found.group), found.cluster, None)
+            }
+            // As the webhook does (onUnknownCluster: CheckWithoutCluster): the rules that need
+            // no cluster still apply, the cluster's are left out and the reason said.
             Err(err) => {
-                // As the webhook does (onUnknownCluster: CheckWithoutCluster): the rules that need
-                // no cluster still apply, the cluster's are left out and the reason said.
                 let name = cluster_name_of(&object.value).unwrap_or_default();
-                let request = Request {
-                    operation: Operation::Create,
-                    kind,
-                    cluster: Cluster::unknown(&name, namespace),
-                    machine,
-                    old_machine: None,
-                    inventory: inventory.cloned(),
-                    settings: Value::Null,
-                    cluster_unknown: true,
-                    baseline: false,
-                };
-                return Subject {
-                    object: id,
-                    group: named_group,
-                    input: Ok(request),
-                    cluster_unknown: Some(format!(
-                        "cluster not known, checked without it (rules on the cluster's networks not applied): {err}"
-                    )),
-                };
+                let why = format!(
+                    "cluster not known, checked without it (rules on the cluster's networks not applied): {err}"
+                );
+                (named_group, Cluster::unknown(&name, namespace), Some(why))
             }
         };
-        // A template named by a KubeadmControlPlane is a control-plane template: clusterctl
-        // outputs label neither kind.
-        if found.control_plane
-            || self
-                .control_plane_templates
-                .contains(&(namespace.to_string(), id.name.clone()))
-        {
-            machine.role = Role::ControlPlane;
-        }
         Subject {
             object: id,
-            group: Some(found.group),
+            group,
             input: Ok(Request {
                 operation: Operation::Create,
                 kind,
                 machine,
                 old_machine: None,
-                cluster: found.cluster,
+                cluster,
                 inventory: inventory.cloned(),
                 settings: Value::Null,
-                cluster_unknown: false,
+                cluster_unknown: cluster_unknown.is_some(),
                 baseline: false,
             }),
-            cluster_unknown: None,
+            cluster_unknown,
         }
     }
 }

@@ -26,7 +26,7 @@ impl EventGate {
         }
     }
 
-    /// Whether `finding` deserves an Event now. `key` identifies the object (its uid).
+    /// Whether `finding` deserves an Event now. `key` identifies the object ([`key`]).
     pub fn admit(&mut self, key: &str, finding: &Finding, now: Instant) -> bool {
         let failure = (finding.result == Verdict::Denied).then(|| failure_digest(finding));
         let before = self.last.insert(key.to_string(), failure);
@@ -62,6 +62,12 @@ impl EventGate {
     pub fn retain(&mut self, mut exists: impl FnMut(&str) -> bool) {
         self.last.retain(|key, _| exists(key));
     }
+}
+
+/// How the gate names an object: `namespace/kind/name`, the same for an object audited now and
+/// for one a PolicyReport written before lists.
+pub fn key(namespace: &str, kind: &str, name: &str) -> String {
+    format!("{namespace}/{kind}/{name}")
 }
 
 /// The violations' fields and reasons: the same failure gives the same digest.

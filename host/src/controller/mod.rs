@@ -631,20 +631,17 @@ impl Worker {
             return;
         };
         let prefix = format!("{namespace}/");
-        let keys: BTreeSet<String> = findings
+        let keys: Vec<String> = findings
             .iter()
-            .map(|f| format!("{namespace}/{}/{}", f.object.kind, f.object.name))
+            .map(|f| events::key(namespace, &f.object.kind, &f.object.name))
             .collect();
-        gate.retain(|key| !key.starts_with(&prefix) || keys.contains(key));
+        let current: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        gate.retain(|key| !key.starts_with(&prefix) || current.contains(key));
         let now = Instant::now();
         let mut to_send = Vec::new();
-        for finding in findings {
-            let key = format!(
-                "{namespace}/{}/{}",
-                finding.object.kind, finding.object.name
-            );
+        for (finding, key) in findings.iter().zip(&keys) {
             let dropped = gate.dropped;
-            if gate.admit(&key, finding, now) {
+            if gate.admit(key, finding, now) {
                 to_send.push(finding);
             } else if gate.dropped > dropped {
                 Metrics::count(&self.shared.metrics.events, "dropped");
@@ -757,7 +754,7 @@ fn seed_from_report(gate: &mut EventGate, namespace: &str, report: &serde_json::
             continue;
         };
         failing
-            .entry(format!("{namespace}/{kind}/{name}"))
+            .entry(events::key(namespace, kind, name))
             .or_default()
             .push((field, rule));
     }
