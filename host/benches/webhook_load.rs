@@ -349,6 +349,19 @@ async fn post(client: &reqwest::Client, review: &Review) -> Result<Value> {
     Ok(value)
 }
 
+/// How many evaluations the server cut at `evaluation.inlineBudget` and ran again on a
+/// blocking thread (`None` for a build without the counter, such as an older baseline).
+async fn inline_overruns(client: &reqwest::Client, served: &Served) -> Result<Option<u64>> {
+    let url = format!("https://localhost:{}/metrics", served.address.port());
+    let text = client.get(url).send().await?.text().await?;
+    Ok(text.lines().find_map(|line| {
+        line.strip_prefix("nicpolicy_inline_budget_overruns_total ")?
+            .trim()
+            .parse()
+            .ok()
+    }))
+}
+
 /// One answer per review of the mix, checked before any load.
 async fn warm_up(client: &reqwest::Client, reviews: &[Review]) -> Result<Vec<(bool, bool, usize)>> {
     let mut outcomes = Vec::new();
@@ -590,11 +603,16 @@ fn main() -> Result<()> {
         options.workers,
         MIX.len()
     );
-    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | server CPU per review | RSS idle MB | RSS peak MB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | server CPU per review | RSS idle MB | RSS peak MB | evaluations cut on the worker |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for m in &results {
+        let cut = runtime
+            .block_on(inline_overruns(&m.client, &m.served))
+            .ok()
+            .flatten()
+            .map_or_else(|| "-".to_string(), |n| n.to_string());
         println!(
-            "| {} | {:.0} | {} | {} | {} | {} | {} | {:.0} us | {} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {:.0} us | {} | {} | {cut} |",
             m.name,
             m.run.per_second(),
             ms(m.run.percentile(50.0)),

@@ -35,6 +35,7 @@ use nicpolicy_plugin::{Decision, Request, Violation};
 use serde_json::Value;
 
 use crate::error::{EvalError, LoadError};
+use crate::limits::Budget;
 use crate::mode::{Mode, AUDIT_PREFIX};
 use crate::policy::{Evaluation, LogLine, Policy};
 
@@ -267,6 +268,20 @@ impl PolicyChain {
     /// A [`ChainError`] naming the first enforced policy whose evaluation failed (see
     /// [`Policy::evaluate`]); the policies after it do not run.
     pub fn evaluate(&self, request: &Request) -> Result<ChainEvaluation, ChainError> {
+        self.evaluate_within(request, None)
+    }
+
+    /// [`PolicyChain::evaluate`] with every evaluation under `budget` (see
+    /// [`Policy::evaluate_within`]); once it is spent the chain stops, and its result is to be
+    /// discarded.
+    ///
+    /// # Errors
+    /// As for [`PolicyChain::evaluate`].
+    pub fn evaluate_within(
+        &self,
+        request: &Request,
+        budget: Option<&Budget>,
+    ) -> Result<ChainEvaluation, ChainError> {
         let started = Instant::now();
         let several = self.policies.len() > 1;
         let label = |name: &str, text: &str, mode: Mode| {
@@ -288,7 +303,16 @@ impl PolicyChain {
         let mut warned = Vec::new();
         for (index, (policy, &mode)) in self.policies.iter().zip(&self.modes).enumerate() {
             let name = policy.name();
-            let result = policy.evaluate(&current);
+            let result = policy.evaluate_within(&current, budget);
+            if budget.is_some_and(Budget::overran) {
+                // Cut, not failed: stop here whatever the mode; the caller runs it again.
+                return Err(ChainError {
+                    policy: name,
+                    index,
+                    len: self.policies.len(),
+                    error: result.err().unwrap_or(EvalError::Timeout(Duration::ZERO)),
+                });
+            }
             if let Ok(evaluation) = &result {
                 logs.extend(evaluation.logs.iter().map(|line| LogLine {
                     level: line.level,

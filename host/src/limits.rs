@@ -1,5 +1,6 @@
 //! Per-evaluation limits: time, memory, input and output size.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 /// Largest policy module the host loads, in bytes. Compile time grows with module size, and a
@@ -92,6 +93,48 @@ impl Default for Limits {
             max_input_bytes: Self::DEFAULT_MAX_INPUT_BYTES,
             max_output_bytes: Self::DEFAULT_MAX_OUTPUT_BYTES,
         }
+    }
+}
+
+/// A shorter time limit for evaluations that run where blocking is costly, such as the webhook's
+/// async workers (docs/deploy.md, `evaluation.inlineBudget`).
+///
+/// An evaluation still running when its budget is spent is cut, and [`Budget::overran`] says so
+/// from then on. Being cut is not a policy failure: whatever the evaluation (or a chain or
+/// [`crate::lifecycle::judge`] built on it) returned is to be discarded, and the request run
+/// again under the policy's own limit where blocking is fine. The policy's own limit still
+/// applies when it is the shorter one; running past it is the policy's failure, as always.
+///
+/// The budget is enforced with the host's epoch ticks ([`crate::HostConfig::epoch_tick`]), so
+/// an evaluation is cut between `time` and `time` plus one tick.
+#[derive(Debug)]
+pub struct Budget {
+    time: Duration,
+    overran: Cell<bool>,
+}
+
+impl Budget {
+    /// A budget of `time`.
+    pub fn new(time: Duration) -> Budget {
+        Budget {
+            time,
+            overran: Cell::new(false),
+        }
+    }
+
+    /// The time an evaluation may run before it is cut.
+    pub fn time(&self) -> Duration {
+        self.time
+    }
+
+    /// Whether an evaluation under this budget was cut: its result, and everything built on
+    /// it, is to be discarded.
+    pub fn overran(&self) -> bool {
+        self.overran.get()
+    }
+
+    pub(crate) fn cut(&self) {
+        self.overran.set(true);
     }
 }
 

@@ -14,7 +14,7 @@ use crate::cache::CacheStatus;
 use crate::engine::Host;
 use crate::error::{EvalError, LoadError};
 use crate::inspect::{inspect, ModuleInfo};
-use crate::limits::Limits;
+use crate::limits::{Budget, Limits};
 use crate::stages::{self, Stage};
 
 /// How to load a policy.
@@ -134,7 +134,10 @@ pub struct Policy {
     settings: Value,
     pre: InstancePre<State>,
     exports: Exports,
+    /// The policy's time limit in epoch ticks.
     deadline_ticks: u64,
+    /// The host's epoch tick, to turn a [`Budget`] into ticks.
+    epoch_tick: Duration,
     cache_status: CacheStatus,
     load_time: Duration,
 }
@@ -188,9 +191,7 @@ impl Policy {
             evaluate: export(abi::EXPORT_EVALUATE)?,
             validate_settings: export(abi::EXPORT_VALIDATE_SETTINGS)?,
         };
-        let tick = config.epoch_tick.as_nanos().max(1);
-        // One extra tick: the current one may be nearly over when the call starts.
-        let deadline_ticks = (options.limits.timeout.as_nanos().div_ceil(tick) + 1) as u64;
+        let deadline_ticks = ticks(options.limits.timeout, config.epoch_tick);
 
         let name = match &info.metadata {
             // The name is the module's own text and ends up in logs and messages.
@@ -205,6 +206,7 @@ impl Policy {
             pre,
             exports,
             deadline_ticks,
+            epoch_tick: config.epoch_tick,
             cache_status,
             load_time: Duration::ZERO,
         };
@@ -280,10 +282,23 @@ impl Policy {
     /// or oversized output, an oversized request, the policy's own error, or no free instance
     /// slot. The policy stays usable.
     pub fn evaluate(&self, request: &Request) -> Result<Evaluation, EvalError> {
+        self.evaluate_within(request, None)
+    }
+
+    /// [`Policy::evaluate`], cut short when `budget` is spent before the policy's own time
+    /// limit (then [`Budget::overran`] is set and the result is to be discarded).
+    ///
+    /// # Errors
+    /// As for [`Policy::evaluate`].
+    pub fn evaluate_within(
+        &self,
+        request: &Request,
+        budget: Option<&Budget>,
+    ) -> Result<Evaluation, EvalError> {
         let input = encode_request(request.with_settings(&self.settings))
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
         stages::mark(Stage::RequestEncode);
-        self.evaluate_json(&input)
+        self.evaluate_bytes(&input, budget)
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
@@ -291,8 +306,16 @@ impl Policy {
     /// # Errors
     /// As for [`Policy::evaluate`].
     pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
+        self.evaluate_bytes(input, None)
+    }
+
+    fn evaluate_bytes(
+        &self,
+        input: &[u8],
+        budget: Option<&Budget>,
+    ) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
-        let (decision, logs) = self.call(&self.exports.evaluate, input, decode_decision)?;
+        let (decision, logs) = self.call(&self.exports.evaluate, input, budget, decode_decision)?;
         Ok(Evaluation {
             decision,
             logs,
@@ -307,7 +330,7 @@ impl Policy {
     pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
         let input = serde_json::to_vec(settings)
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;
-        let (verdict, _logs) = self.call(&self.exports.validate_settings, &input, |bytes| {
+        let (verdict, _logs) = self.call(&self.exports.validate_settings, &input, None, |bytes| {
             let verdict: SettingsValidation = serde_json::from_slice(bytes).map_err(|err| {
                 EvalError::BadOutput(format!(
                     "nicpolicy_validate_settings must return {{\"valid\": bool, \"message\": string}}: {err}"
@@ -323,7 +346,7 @@ impl Policy {
         })
     }
 
-    fn new_store(&self) -> Store<State> {
+    fn new_store(&self, deadline_ticks: u64) -> Store<State> {
         let mut store = Store::new(
             self.pre.module().engine(),
             State {
@@ -334,13 +357,13 @@ impl Policy {
             },
         );
         store.limiter(|state| state as &mut dyn ResourceLimiter);
-        store.set_epoch_deadline(self.deadline_ticks);
+        store.set_epoch_deadline(deadline_ticks);
         store.epoch_deadline_trap();
         store
     }
 
     fn abi_version(&self) -> Result<i64, EvalError> {
-        let mut store = self.new_store();
+        let mut store = self.new_store(self.deadline_ticks);
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -352,11 +375,36 @@ impl Policy {
         Ok(i64::from(version))
     }
 
-    /// One call: fresh store and instance, input copied in, output decoded in place.
+    /// One call: fresh store and instance, input copied in, output decoded in place; cut at
+    /// `budget` when that comes before the policy's time limit.
     fn call<R>(
         &self,
         export: &ModuleExport,
         input: &[u8],
+        budget: Option<&Budget>,
+        decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
+    ) -> Result<(R, Vec<LogLine>), EvalError> {
+        if let Some(budget) = budget.filter(|budget| budget.overran()) {
+            // Spent by an earlier evaluation of the same attempt: it is to be run again anyway.
+            return Err(EvalError::Timeout(budget.time()));
+        }
+        let budget = budget
+            .map(|budget| (budget, ticks(budget.time(), self.epoch_tick)))
+            .filter(|(_, ticks)| *ticks < self.deadline_ticks);
+        let deadline = budget.map_or(self.deadline_ticks, |(_, ticks)| ticks);
+        let result = self.call_until(export, input, deadline, decode);
+        if let (Err(EvalError::Timeout(_)), Some((budget, _))) = (&result, budget) {
+            budget.cut();
+            return Err(EvalError::Timeout(budget.time()));
+        }
+        result
+    }
+
+    fn call_until<R>(
+        &self,
+        export: &ModuleExport,
+        input: &[u8],
+        deadline_ticks: u64,
         decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
     ) -> Result<(R, Vec<LogLine>), EvalError> {
         if input.len() > self.limits.max_input_bytes {
@@ -365,7 +413,7 @@ impl Policy {
                 limit: self.limits.max_input_bytes,
             });
         }
-        let mut store = self.new_store();
+        let mut store = self.new_store(deadline_ticks);
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -479,6 +527,13 @@ thread_local! {
     /// inventory with every request, and comparing it costs a fraction of encoding it.
     static INVENTORY_JSON: std::cell::RefCell<Option<(Inventory, Vec<u8>)>> =
         const { std::cell::RefCell::new(None) };
+}
+
+/// `time` in epoch ticks of `tick`, with one extra tick: the current one may be nearly over
+/// when the call starts.
+fn ticks(time: Duration, tick: Duration) -> u64 {
+    let tick = tick.as_nanos().max(1);
+    u64::try_from(time.as_nanos().div_ceil(tick) + 1).unwrap_or(u64::MAX)
 }
 
 /// `request` as JSON, as the policy receives it. The inventory, the largest part, is encoded

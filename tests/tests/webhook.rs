@@ -532,9 +532,82 @@ async fn a_policy_that_times_out_follows_the_failure_mode() {
             metrics.contains(r#"error="timeout",mode="enforce"} 1"#),
             "{metrics}"
         );
+        // Cut on the async worker first, then run out its own limit on a blocking thread:
+        // the cut itself is not a failure.
+        assert_eq!(
+            counter(&metrics, "nicpolicy_inline_budget_overruns_total"),
+            1
+        );
         // The server still answers probes while policies fail.
         assert_eq!(server.get("/healthz").await.0, 200);
     }
+}
+
+/// The value of an unlabelled metric in `/metrics` text.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_policy_holds_the_async_workers_for_one_budget_only() {
+    // Two slow reviews at once would hold both async workers for their whole evaluation if it
+    // ran there; cut at the inline budget, they finish on blocking threads and the workers keep
+    // answering other connections.
+    let dir = scratch("inline-budget");
+    let config = module_config(
+        &dir,
+        &slow(400_000_000),
+        "5s",
+        "evaluation: {workers: 2, inlineBudget: 5ms}",
+    );
+    let server = Arc::new(TestServer::start(config).await);
+    let review = fixture("vcdmachine-create-worker");
+    let slow_reviews: Vec<_> = (0..2)
+        .map(|i| {
+            let (server, mut review) = (server.clone(), review.clone());
+            review["request"]["uid"] = json!(format!("slow-{i}"));
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let response = server.review(Endpoint::Validate, M, &review).await;
+                (response, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let started = Instant::now();
+    assert_eq!(server.get("/healthz").await.0, 200);
+    let probe = started.elapsed();
+    let mut slowest = Duration::ZERO;
+    for task in slow_reviews {
+        let (response, took) = task.await.expect("answered");
+        assert_eq!(response["allowed"], true, "{response}");
+        slowest = slowest.max(took);
+    }
+    assert!(
+        probe < slowest / 2,
+        "the probe waited {probe:?} while the slow reviews took {slowest:?}"
+    );
+    let (_, metrics) = server.get("/metrics").await;
+    let cuts = counter(&metrics, "nicpolicy_inline_budget_overruns_total");
+    assert!((1..=2).contains(&cuts), "{metrics}");
+    // A cut evaluation leaves no trace of its own: each review is counted once.
+    assert!(
+        metrics.contains(
+            r#"nicpolicy_reviews_total{kind="VCDMachine",endpoint="validate",result="allowed"} 2"#
+        ),
+        "{metrics}"
+    );
+    // Right after a cut, reviews go straight to blocking threads: no budget spent on them.
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let (_, metrics) = server.get("/metrics").await;
+    assert_eq!(
+        counter(&metrics, "nicpolicy_inline_budget_overruns_total"),
+        cuts
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -569,7 +569,12 @@ spec: {ovdc: eu1-edge, ovdcNetwork: edge-mgmt-net}
 "#;
 
     fn source() -> StaticClusters {
-        let dir = std::env::temp_dir().join(format!("nicpolicy-clusters-{}", std::process::id()));
+        // One directory per call: tests run in parallel, and a test reading the file while
+        // another rewrites it would see it truncated.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("nicpolicy-clusters-{}-{call}", std::process::id()));
         StaticClusters::read(&[write(&dir, "clusters.yaml", CLUSTERS)]).unwrap()
     }
 

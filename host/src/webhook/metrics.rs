@@ -96,6 +96,9 @@ pub struct Metrics {
     pub tls_reloads: Family<ResultLabels, Counter>,
     /// Evaluations running now.
     pub in_flight: Gauge,
+    /// Evaluations cut on an async worker by `evaluation.inlineBudget` and run again on a
+    /// blocking thread.
+    pub inline_overruns: Counter,
 }
 
 impl Default for Metrics {
@@ -120,6 +123,7 @@ impl Metrics {
         let load_failures = Counter::default();
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         let in_flight = Gauge::default();
+        let inline_overruns = Counter::default();
         registry.register("reviews", "Admission reviews answered", reviews.clone());
         registry.register(
             "evaluation_duration_seconds",
@@ -161,6 +165,11 @@ impl Metrics {
             "Evaluations running now",
             in_flight.clone(),
         );
+        registry.register(
+            "inline_budget_overruns",
+            "Evaluations cut on an async worker by evaluation.inlineBudget and run again on a blocking thread",
+            inline_overruns.clone(),
+        );
         Metrics {
             registry,
             reviews,
@@ -172,6 +181,7 @@ impl Metrics {
             load_failures,
             tls_reloads,
             in_flight,
+            inline_overruns,
         }
     }
 

@@ -9,7 +9,8 @@
 //! - [`review`]: one AdmissionReview in, one out (usable without a server: `nicpolicy review`);
 //!   [`admission`] holds the AdmissionReview wire format, [`patch`] the JSON patch of the
 //!   mutating endpoint.
-//! - [`server`]: HTTPS routes, the bounded evaluation pool, probes, graceful shutdown.
+//! - [`server`]: HTTPS routes, the bounded evaluation pool, probes, graceful shutdown;
+//!   `inline` decides whether a review is evaluated on the async worker or a blocking thread.
 //! - [`tls`]: certificate files and their rotation, self-signed certificates.
 //! - [`metrics`]: Prometheus metrics.
 //! - `warned`: the warnings, metrics and logs of warn-mode policies ([`crate::mode`]).
@@ -37,6 +38,7 @@
 pub mod admission;
 pub mod clusters;
 pub mod config;
+mod inline;
 pub mod metrics;
 pub mod patch;
 pub mod policies;
@@ -50,5 +52,5 @@ pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
 pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 pub use patch::NIC_PLAN_ANNOTATION;
 pub use policies::{ServeLoadError, Served, ServedPolicies};
-pub use review::{Endpoint, NativeEvaluator, Reviewer};
+pub use review::{Deferred, Endpoint, NativeEvaluator, OnWorker, Reviewer};
 pub use server::{App, Server};

@@ -24,11 +24,12 @@ use super::admission::{
 };
 use super::clusters::{cluster_name_of, ClusterSource, LookupError};
 use super::config::{FailureMode, UnknownClusterMode};
+use super::inline::InlineGate;
 use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
 use super::warned;
-use crate::{ChainError, ChainEvaluation};
+use crate::{Budget, ChainError, ChainEvaluation};
 use nicpolicy_plugin::objects::{machine_from_object, CAPVCD_GROUP};
 
 /// The two webhook endpoints of a kind.
@@ -89,6 +90,26 @@ struct Objects {
     old_machine: Option<Machine>,
 }
 
+/// What [`Reviewer::judge`] found.
+struct Judged {
+    /// The chain's result.
+    result: Result<ChainEvaluation, ChainError>,
+    /// The names of the chain's enforced policies.
+    chain_name: String,
+}
+
+/// A review read on an async worker whose evaluation is left to a blocking thread (see
+/// [`Reviewer::review_on_worker`]). Boxed: it travels to the blocking pool, rarely.
+pub struct Deferred(Box<Job>);
+
+/// What [`Reviewer::review_on_worker`] did with a review.
+pub enum OnWorker {
+    /// Answered on the worker.
+    Answered(Answer),
+    /// Read; evaluate it on a blocking thread with [`Reviewer::finish`].
+    Deferred(Deferred),
+}
+
 /// Native code standing in for the served policies; see [`Reviewer::with_native_evaluator`].
 pub type NativeEvaluator = Arc<dyn Fn(&Request) -> Decision + Send + Sync>;
 
@@ -98,6 +119,7 @@ pub struct Reviewer {
     clusters: Arc<dyn ClusterSource>,
     metrics: Arc<Metrics>,
     native: Option<NativeEvaluator>,
+    inline: InlineGate,
 }
 
 impl Reviewer {
@@ -112,6 +134,7 @@ impl Reviewer {
             clusters,
             metrics,
             native: None,
+            inline: InlineGate::default(),
         }
     }
 
@@ -141,10 +164,46 @@ impl Reviewer {
     /// Answers one review posted to `endpoint` of `kind`. Blocking: it runs the policies.
     pub fn review(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Answer {
         let answer = match self.prepare(endpoint, kind, body) {
-            Ok(job) => self.evaluate(job),
+            Ok(job) => {
+                let result = self.judge(&job, None);
+                self.answer(&job, result)
+            }
             Err(answer) => answer,
         };
         self.counted(endpoint, kind, answer)
+    }
+
+    /// Answers one review on the calling async worker when its evaluation fits in the
+    /// configured `evaluation.inlineBudget`; otherwise leaves the evaluation to
+    /// [`Reviewer::finish`] on a blocking thread. An evaluation cut by the budget has no
+    /// effect (no metric, no log line): it is run again from the start, under the policies'
+    /// own limits. After a cut, reviews go to blocking threads for a while
+    /// ([`super::inline`]), so a slow policy does not hold up the worker's other connections
+    /// review after review.
+    pub fn review_on_worker(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> OnWorker {
+        let job = match self.prepare(endpoint, kind, body) {
+            Ok(job) => job,
+            Err(answer) => return OnWorker::Answered(self.counted(endpoint, kind, answer)),
+        };
+        let Some(budget) = self.inline.budget(job.served.config.inline_budget) else {
+            return OnWorker::Deferred(Deferred(Box::new(job)));
+        };
+        let result = self.judge(&job, Some(&budget));
+        self.inline.record(&budget);
+        if budget.overran() {
+            self.metrics.inline_overruns.inc();
+            return OnWorker::Deferred(Deferred(Box::new(job)));
+        }
+        let answer = self.answer(&job, result);
+        OnWorker::Answered(self.counted(endpoint, kind, answer))
+    }
+
+    /// Evaluates and answers a review [`Reviewer::review_on_worker`] deferred. Blocking.
+    pub fn finish(&self, deferred: Deferred) -> Answer {
+        let job = *deferred.0;
+        let result = self.judge(&job, None);
+        let answer = self.answer(&job, result);
+        self.counted(job.endpoint, job.kind, answer)
     }
 
     /// The answer for a review that found every evaluation slot busy for `waited`.
@@ -436,14 +495,12 @@ impl Reviewer {
         warning
     }
 
-    fn evaluate(&self, job: Job) -> Answer {
-        let Some(chain) = job.served.chains.get(&job.kind) else {
-            // `prepare` checked the kind against this very snapshot.
-            return invalid(
-                "no policy chain for this kind".to_string(),
-                job.served.generation,
-            );
-        };
+    /// The served chain's evaluation of the job, with the lifecycle rules applied; no metric
+    /// or log line yet (an evaluation cut by `budget` is discarded).
+    /// The chain's verdict on a job; `None` when no chain serves its kind (`prepare` checked
+    /// the kind against this very snapshot, so not expected).
+    fn judge(&self, job: &Job, budget: Option<&Budget>) -> Option<Judged> {
+        let chain = job.served.chains.get(&job.kind)?;
         self.metrics.in_flight.inc();
         stages::mark(Stage::Metrics);
         let evaluate = |request: &Request| match &self.native {
@@ -459,15 +516,29 @@ impl Reviewer {
                     elapsed: started.elapsed(),
                 })
             }
-            None => chain.evaluate(request),
+            None => chain.evaluate_within(request, budget),
         };
         // Deletions, request faults, unknown clusters and ratcheted updates, as everywhere.
         let result = lifecycle::judge(&job.policy, evaluate);
         stages::mark(Stage::Combine);
         self.metrics.in_flight.dec();
+        Some(Judged {
+            result,
+            chain_name: chain.enforced_name(),
+        })
+    }
+
+    /// The answer to a judged job, with its metrics and log lines.
+    fn answer(&self, job: &Job, judged: Option<Judged>) -> Answer {
+        let Some(Judged { result, chain_name }) = judged else {
+            return invalid(
+                "no policy chain for this kind".to_string(),
+                job.served.generation,
+            );
+        };
         let evaluation = match result {
             Ok(evaluation) => evaluation,
-            Err(err) => return self.policy_failed(&job, err),
+            Err(err) => return self.policy_failed(job, err),
         };
         let timed = evaluation.steps.iter().map(|s| (&s.policy, &s.evaluation));
         let warned_timed = evaluation
@@ -490,8 +561,8 @@ impl Reviewer {
         }
         stages::mark(Stage::Logging);
         match job.endpoint {
-            Endpoint::Validate => self.validated(&job, &evaluation),
-            Endpoint::Mutate => self.mutated(&job, &evaluation, &chain.enforced_name()),
+            Endpoint::Validate => self.validated(job, &evaluation),
+            Endpoint::Mutate => self.mutated(job, &evaluation, &chain_name),
         }
     }
 

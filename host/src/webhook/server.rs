@@ -24,6 +24,7 @@ use super::admission::{too_large_answer, Answer};
 use super::config::ServeConfig;
 use super::metrics::Metrics;
 use super::policies::{ServeLoadError, Served, ServedPolicies};
+use super::review::OnWorker;
 use super::review::{Endpoint, NativeEvaluator, Reviewer};
 use crate::Host;
 
@@ -150,12 +151,19 @@ impl App {
                     return respond(answer);
                 }
             };
-        let reviewer = self.reviewer.clone();
-        let answer = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            reviewer.review(endpoint, kind, &body)
-        })
-        .await;
+        // On this worker when the evaluation fits the inline budget (most do, in far less time
+        // than a hand-off to a blocking thread costs); else on a blocking thread.
+        let answer = match self.reviewer.review_on_worker(endpoint, kind, &body) {
+            OnWorker::Answered(answer) => Ok(answer),
+            OnWorker::Deferred(deferred) => {
+                let reviewer = self.reviewer.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    reviewer.finish(deferred)
+                })
+                .await
+            }
+        };
         match answer {
             Ok(answer) => {
                 tracing::debug!(

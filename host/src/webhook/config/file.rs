@@ -71,6 +71,16 @@ pub enum Source {
 pub struct Evaluation {
     pub workers: Option<usize>,
     pub queue_timeout: Option<String>,
+    pub inline_budget: Option<Budget>,
+}
+
+/// `evaluation.inlineBudget`: a duration (`5ms`), or a bare `0` (YAML reads it as a number)
+/// to turn the budget off.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Budget {
+    Number(u64),
+    Text(String),
 }
 
 #[derive(Deserialize)]

@@ -55,6 +55,8 @@ pub struct Defaults {
     pub cluster_api_version: &'static str,
     /// `evaluation.queueTimeout`.
     pub queue_timeout: Duration,
+    /// `evaluation.inlineBudget`.
+    pub inline_budget: Duration,
     /// `maxRequestBytes`: kube-apiserver's own limit on a request body. Also the default
     /// `maxInputBytes` of every policy: a policy's request is built from the body (the object
     /// and the stored object without status and managedFields), so a body the server accepts
@@ -78,10 +80,18 @@ pub const DEFAULTS: Defaults = Defaults {
     unknown_cluster: UnknownClusterMode::CheckWithoutCluster,
     cluster_api_version: "v1beta1",
     queue_timeout: Duration::from_secs(2),
+    inline_budget: Duration::from_millis(5),
     max_request_bytes: 3 << 20,
     reload_interval: Duration::from_secs(2),
     nic_plan_annotation: true,
 };
+
+/// The `evaluation` section, read.
+struct EvaluationConfig {
+    workers: usize,
+    queue_timeout: Duration,
+    inline_budget: Option<Duration>,
+}
 
 /// What to answer when something other than the policy's decision stands in the way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -167,6 +177,10 @@ pub struct ServeConfig {
     pub workers: usize,
     /// How long a review waits for a free evaluation slot before it is answered as failed.
     pub queue_timeout: Duration,
+    /// How long a review's evaluation may run on the connection's async worker before it is
+    /// cut and run again on a blocking thread; `None` evaluates every review on a blocking
+    /// thread (see [`crate::Budget`] and docs/deployment.md).
+    pub inline_budget: Option<Duration>,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
     /// How often policy files, settings, inventory and this file are checked for changes;
@@ -249,6 +263,7 @@ impl ServeConfig {
             },
             workers: Self::default_workers(),
             queue_timeout: DEFAULTS.queue_timeout,
+            inline_budget: Some(DEFAULTS.inline_budget),
             max_request_bytes: DEFAULTS.max_request_bytes,
             reload_interval: Some(DEFAULTS.reload_interval),
             nic_plan_annotation: DEFAULTS.nic_plan_annotation,
@@ -307,7 +322,7 @@ impl ServeConfig {
             &raw.max_request_bytes,
             DEFAULTS.max_request_bytes,
         )?;
-        let (workers, queue_timeout) = reader.evaluation(raw.evaluation.as_ref())?;
+        let evaluation = reader.evaluation(raw.evaluation.as_ref())?;
         Ok(ServeConfig {
             path: Some(path.to_path_buf()),
             listen: match &raw.listen {
@@ -320,8 +335,9 @@ impl ServeConfig {
             on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
             inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
             clusters: reader.clusters(raw.clusters.as_ref())?,
-            workers,
-            queue_timeout,
+            workers: evaluation.workers,
+            queue_timeout: evaluation.queue_timeout,
+            inline_budget: evaluation.inline_budget,
             max_request_bytes: reader.max_request_bytes,
             reload_interval: reader.reload(raw.reload.as_ref())?,
             nic_plan_annotation: raw
@@ -570,8 +586,9 @@ impl Reader<'_> {
         }
     }
 
-    /// `evaluation`: the number of slots and how long a review waits for one.
-    fn evaluation(&self, raw: Option<&file::Evaluation>) -> Result<(usize, Duration), ConfigError> {
+    /// `evaluation`: the number of slots, how long a review waits for one, and how long an
+    /// evaluation may run on an async worker.
+    fn evaluation(&self, raw: Option<&file::Evaluation>) -> Result<EvaluationConfig, ConfigError> {
         let workers = match raw.and_then(|e| e.workers) {
             Some(0) => return Err(self.error("evaluation.workers", "must be at least 1")),
             Some(n) => n,
@@ -582,7 +599,26 @@ impl Reader<'_> {
             &raw.and_then(|e| e.queue_timeout.clone()),
             DEFAULTS.queue_timeout,
         )?;
-        Ok((workers, queue_timeout))
+        const FIELD: &str = "evaluation.inlineBudget";
+        let inline_budget = match raw.and_then(|e| e.inline_budget.as_ref()) {
+            // Zero in any unit turns evaluation on the async workers off.
+            Some(file::Budget::Number(0)) => None,
+            Some(file::Budget::Number(n)) => {
+                return Err(self.error(FIELD, format!("`{n}` needs a unit, e.g. `{n}ms`")))
+            }
+            Some(file::Budget::Text(text)) if matches!(text.trim(), "0" | "0ms" | "0s" | "0m") => {
+                None
+            }
+            Some(file::Budget::Text(text)) => {
+                Some(limits::parse_duration(text).map_err(|m| self.error(FIELD, m))?)
+            }
+            None => Some(DEFAULTS.inline_budget),
+        };
+        Ok(EvaluationConfig {
+            workers,
+            queue_timeout,
+            inline_budget,
+        })
     }
 
     /// `reload`: the check interval, or `None` when turned off.
@@ -643,7 +679,7 @@ policies:
     - builtin: capvcd
       settingsFile: capvcd-settings.yaml
 clusters: {source: Static, files: [clusters.yaml]}
-evaluation: {workers: 4, queueTimeout: 500ms}
+evaluation: {workers: 4, queueTimeout: 500ms, inlineBudget: 2ms}
 maxRequestBytes: 1Mi
 reload: {interval: 1s}
 "#,
@@ -672,11 +708,30 @@ reload: {interval: 1s}
             SettingsSource::File("/etc/nicpolicy/capvcd-settings.yaml".into())
         );
         assert_eq!(config.workers, 4);
+        assert_eq!(config.inline_budget, Some(Duration::from_millis(2)));
         assert_eq!(config.max_request_bytes, 1 << 20);
         assert_eq!(config.reload_interval, Some(Duration::from_secs(1)));
         assert!(config
             .watched_files()
             .contains(&PathBuf::from("/etc/nicpolicy/clusters.yaml")));
+    }
+
+    #[test]
+    fn inline_budget_defaults_to_5ms_and_zero_turns_it_off() {
+        let base = "policies: {VCDMachine: [{builtin: capvcd}]}\n";
+        let budget = |extra: &str| {
+            parse(&format!("{base}{extra}"))
+                .expect("valid")
+                .inline_budget
+        };
+        assert_eq!(budget(""), Some(Duration::from_millis(5)));
+        for off in ["0", "'0'", "0ms", "0s"] {
+            assert_eq!(
+                budget(&format!("evaluation: {{inlineBudget: {off}}}")),
+                None,
+                "{off}"
+            );
+        }
     }
 
     #[test]
@@ -718,6 +773,14 @@ reload: {interval: 1s}
             (
                 "policies: {VCDMachine: [{builtin: capvcd}]}\nevaluation: {workers: 0}",
                 "evaluation.workers",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nevaluation: {inlineBudget: soon}",
+                "evaluation.inlineBudget",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nevaluation: {inlineBudget: 5}",
+                "evaluation.inlineBudget",
             ),
             ("listen: :9443", "policies"),
         ];
