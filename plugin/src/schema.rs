@@ -568,6 +568,19 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason's name as it is serialised (`NotFound`), for metric labels and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Required => "Required",
+            Reason::Invalid => "Invalid",
+            Reason::Duplicate => "Duplicate",
+            Reason::NotFound => "NotFound",
+            Reason::TooMany => "TooMany",
+            Reason::Forbidden => "Forbidden",
+            Reason::NotSupported => "NotSupported",
+        }
+    }
+
     /// Kubernetes' words for this reason, as `field.ErrorList` prints them.
     pub fn text(self) -> &'static str {
         match self {
@@ -618,4 +631,26 @@ pub enum EvaluateOutput {
     },
     /// The decision.
     Decision(Decision),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn a_reasons_name_is_its_serialised_form() {
+        let all = [
+            Reason::Required,
+            Reason::Invalid,
+            Reason::Duplicate,
+            Reason::NotFound,
+            Reason::TooMany,
+            Reason::Forbidden,
+            Reason::NotSupported,
+        ];
+        for reason in all {
+            let json = serde_json::to_value(reason).expect("serialises");
+            assert_eq!(json, reason.as_str(), "{reason:?}");
+        }
+    }
 }

@@ -73,11 +73,11 @@ pub struct Finding {
 
 impl Finding {
     /// The violations' reasons, for totals by rule.
-    pub fn reasons(&self) -> impl Iterator<Item = String> + '_ {
+    pub fn reasons(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.decision
             .iter()
             .flat_map(|d| &d.violations)
-            .map(|v| format!("{:?}", v.reason))
+            .map(|v| v.reason.as_str())
     }
 }
 

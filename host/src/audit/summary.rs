@@ -35,7 +35,7 @@ impl Summary {
             summary.objects += 1;
             *summary.results.entry(finding.result).or_default() += 1;
             for reason in finding.reasons() {
-                *summary.reasons.entry(reason).or_default() += 1;
+                *summary.reasons.entry(reason.to_string()).or_default() += 1;
             }
             if let Some(group) = &finding.cluster {
                 clusters.insert(group);

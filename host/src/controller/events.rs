@@ -72,16 +72,12 @@ pub fn key(namespace: &str, kind: &str, name: &str) -> String {
 
 /// The violations' fields and reasons: the same failure gives the same digest.
 fn failure_digest(finding: &Finding) -> u64 {
-    let reasons: Vec<(&str, String)> = finding
-        .decision
-        .iter()
-        .flat_map(|d| &d.violations)
-        .map(|v| (v.field.as_str(), format!("{:?}", v.reason)))
-        .collect();
     digest(
-        reasons
+        finding
+            .decision
             .iter()
-            .map(|(field, reason)| (*field, reason.as_str())),
+            .flat_map(|d| &d.violations)
+            .map(|v| (v.field.as_str(), v.reason.as_str())),
     )
 }
 

@@ -135,7 +135,7 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             .iter()
             .map(|v| {
                 result(
-                    &format!("{:?}", v.reason),
+                    v.reason.as_str(),
                     format!("{}: {}", v.field, v.message),
                     &[("field", v.field.clone())],
                 )

@@ -58,7 +58,7 @@ pub(super) fn validation_warnings(
                 .get_or_create(&WarnedLabels {
                     kind: kind.as_str().to_string(),
                     policy: warned.policy.clone(),
-                    reason: format!("{:?}", v.reason),
+                    reason: v.reason.as_str().to_string(),
                 })
                 .inc();
             warnings.push(format!("{WOULD_DENY_PREFIX}: {}", v.field_error()));
