@@ -29,7 +29,7 @@ use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
 use super::warned;
-use crate::{Budget, ChainError, ChainEvaluation};
+use crate::{Budget, ChainError, ChainEvaluation, PolicyChain};
 use nicpolicy_plugin::objects::{machine_from_object, CAPVCD_GROUP};
 
 /// The two webhook endpoints of a kind.
@@ -91,11 +91,11 @@ struct Objects {
 }
 
 /// What [`Reviewer::judge`] found.
-struct Judged {
+struct Judged<'a> {
     /// The chain's result.
     result: Result<ChainEvaluation, ChainError>,
-    /// The names of the chain's enforced policies.
-    chain_name: String,
+    /// The chain that judged.
+    chain: &'a PolicyChain,
 }
 
 /// A review read on an async worker whose evaluation is left to a blocking thread (see
@@ -164,10 +164,7 @@ impl Reviewer {
     /// Answers one review posted to `endpoint` of `kind`. Blocking: it runs the policies.
     pub fn review(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Answer {
         let answer = match self.prepare(endpoint, kind, body) {
-            Ok(job) => {
-                let result = self.judge(&job, None);
-                self.answer(&job, result)
-            }
+            Ok(job) => self.evaluate(&job),
             Err(answer) => answer,
         };
         self.counted(endpoint, kind, answer)
@@ -201,8 +198,7 @@ impl Reviewer {
     /// Evaluates and answers a review [`Reviewer::review_on_worker`] deferred. Blocking.
     pub fn finish(&self, deferred: Deferred) -> Answer {
         let job = *deferred.0;
-        let result = self.judge(&job, None);
-        let answer = self.answer(&job, result);
+        let answer = self.evaluate(&job);
         self.counted(job.endpoint, job.kind, answer)
     }
 
@@ -495,11 +491,16 @@ impl Reviewer {
         warning
     }
 
-    /// The served chain's evaluation of the job, with the lifecycle rules applied; no metric
-    /// or log line yet (an evaluation cut by `budget` is discarded).
-    /// The chain's verdict on a job; `None` when no chain serves its kind (`prepare` checked
-    /// the kind against this very snapshot, so not expected).
-    fn judge(&self, job: &Job, budget: Option<&Budget>) -> Option<Judged> {
+    /// The answer to a job, evaluated under the policies' own limits. Blocking.
+    fn evaluate(&self, job: &Job) -> Answer {
+        let judged = self.judge(job, None);
+        self.answer(job, judged)
+    }
+
+    /// The served chain's verdict on a job, with the lifecycle rules applied; no metric or log
+    /// line yet (an evaluation cut by `budget` is discarded). `None` when no chain serves the
+    /// job's kind (`prepare` checked the kind against this very snapshot, so not expected).
+    fn judge<'a>(&self, job: &'a Job, budget: Option<&Budget>) -> Option<Judged<'a>> {
         let chain = job.served.chains.get(&job.kind)?;
         self.metrics.in_flight.inc();
         stages::mark(Stage::Metrics);
@@ -522,15 +523,12 @@ impl Reviewer {
         let result = lifecycle::judge(&job.policy, evaluate);
         stages::mark(Stage::Combine);
         self.metrics.in_flight.dec();
-        Some(Judged {
-            result,
-            chain_name: chain.enforced_name(),
-        })
+        Some(Judged { result, chain })
     }
 
     /// The answer to a judged job, with its metrics and log lines.
-    fn answer(&self, job: &Job, judged: Option<Judged>) -> Answer {
-        let Some(Judged { result, chain_name }) = judged else {
+    fn answer(&self, job: &Job, judged: Option<Judged<'_>>) -> Answer {
+        let Some(Judged { result, chain }) = judged else {
             return invalid(
                 "no policy chain for this kind".to_string(),
                 job.served.generation,
@@ -562,7 +560,7 @@ impl Reviewer {
         stages::mark(Stage::Logging);
         match job.endpoint {
             Endpoint::Validate => self.validated(job, &evaluation),
-            Endpoint::Mutate => self.mutated(job, &evaluation, &chain_name),
+            Endpoint::Mutate => self.mutated(job, &evaluation, &chain.enforced_name()),
         }
     }
 

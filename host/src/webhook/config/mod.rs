@@ -179,7 +179,7 @@ pub struct ServeConfig {
     pub queue_timeout: Duration,
     /// How long a review's evaluation may run on the connection's async worker before it is
     /// cut and run again on a blocking thread; `None` evaluates every review on a blocking
-    /// thread (see [`crate::Budget`] and docs/deployment.md).
+    /// thread (see [`crate::Budget`] and docs/deploy.md).
     pub inline_budget: Option<Duration>,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
