@@ -10,7 +10,7 @@
 //!
 //! Each module then goes through Binaryen's `wasm-opt -Os` when it is installed (`$WASM_OPT`,
 //! else `wasm-opt` on `PATH`; `WASM_OPT=none` skips it): the `policy` profile optimises for
-//! speed, wasm-opt takes the size back down (CAPVCD: 217 KB to 194 KB, see docs/benchmarks.md).
+//! speed, wasm-opt takes the size back down (CAPVCD: 245 KB to 218 KB, see docs/benchmarks.md).
 //!
 //! It also builds the playground page that `nicpolicy playground` serves: the same policy
 //! crates through wasm-bindgen (their `js` feature), the manifest reader of `host/playground`,

@@ -349,6 +349,16 @@ pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
     ]
 }
 
+/// The exports ABI v1 allows beside the required ones, with their types: a module need not
+/// have them, but one that does must give them this type.
+pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 1] {
+    [(
+        abi::EXPORT_EVALUATE_BINARY1,
+        func(&["i32", "i32"], &["i64"]),
+        "func (i32, i32) -> i64",
+    )]
+}
+
 /// The ABI a module speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleAbi {
@@ -417,13 +427,37 @@ impl ModuleInfo {
                 Some(_) => {}
             }
         }
+        for (name, ty, expected) in optional_exports() {
+            if let Some(found) = self.exports.iter().find(|e| e.name == name && e.ty != ty) {
+                return Err(LoadError::ExportType {
+                    name,
+                    found: found.ty.to_string(),
+                    expected,
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The request formats the module takes: JSON always, the binary format when it exports
+    /// `nicpolicy_evaluate_binary1`.
+    pub fn request_formats(&self) -> Vec<crate::policy::RequestFormat> {
+        let mut formats = vec![crate::policy::RequestFormat::Json];
+        if self
+            .exports
+            .iter()
+            .any(|e| e.name == abi::EXPORT_EVALUATE_BINARY1)
+        {
+            formats.push(crate::policy::RequestFormat::Binary1);
+        }
+        formats
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::RequestFormat;
 
     fn module(text: &str) -> Vec<u8> {
         wat::parse_str(text).expect("valid wat")
@@ -507,6 +541,40 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_binary_request_export_is_optional_but_typed() {
+        let info = inspect(&module(GOOD)).unwrap();
+        assert_eq!(info.request_formats(), [RequestFormat::Json]);
+        let with = |ty: &str| {
+            GOOD.replace(
+                "(memory",
+                &format!(
+                    r#"(func (export "nicpolicy_evaluate_binary1") {ty} unreachable)
+  (memory"#
+                ),
+            )
+        };
+        let info = inspect(&module(&with("(param i32 i32) (result i64)"))).unwrap();
+        info.check_abi().unwrap();
+        assert_eq!(
+            info.request_formats(),
+            [RequestFormat::Json, RequestFormat::Binary1]
+        );
+        let err = inspect(&module(&with("(param i32 i32) (result i32)")))
+            .unwrap()
+            .check_abi()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            LoadError::ExportType {
+                name: "nicpolicy_evaluate_binary1",
+                found: "func (i32, i32) -> i32".into(),
+                expected: "func (i32, i32) -> i64",
+            }
+            .to_string()
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub use limits::{Budget, Limits};
 pub use manifest::{ManifestError, RequestFiles};
 pub use mode::Mode;
 pub use nicpolicy_plugin as plugin;
-pub use policy::{Evaluation, LogLine, Policy, PolicyOptions};
+pub use policy::{Evaluation, LogLine, Policy, PolicyOptions, RequestFormat};
 pub use spec::{ChainLoadError, ChainLoader, PolicySource, PolicySpec, SettingsSource};
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
+use nicpolicy_plugin::binary;
 use nicpolicy_plugin::schema::{EvaluateOutput, RequestRef, SettingsValidation};
 use nicpolicy_plugin::{Decision, Inventory, Request};
 use serde_json::Value;
@@ -120,6 +121,28 @@ struct Exports {
     alloc: ModuleExport,
     evaluate: ModuleExport,
     validate_settings: ModuleExport,
+    /// `nicpolicy_evaluate_binary1`, when the module has it.
+    evaluate_binary1: Option<ModuleExport>,
+}
+
+/// How the host sends a request to [`Policy::evaluate`] (`docs/abi.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestFormat {
+    /// JSON to `nicpolicy_evaluate`: every ABI v1 module takes it.
+    Json,
+    /// The binary request format, version 1 ([`nicpolicy_plugin::binary`]), to
+    /// `nicpolicy_evaluate_binary1`: faster to read for the policy; modules built with the SDK
+    /// have it. The decision comes back as JSON either way.
+    Binary1,
+}
+
+impl std::fmt::Display for RequestFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RequestFormat::Json => "JSON",
+            RequestFormat::Binary1 => "binary v1",
+        })
+    }
 }
 
 /// A policy module ready to evaluate. `Send + Sync`: share it across threads; each call gets its
@@ -134,6 +157,8 @@ pub struct Policy {
     settings: Value,
     pre: InstancePre<State>,
     exports: Exports,
+    /// What [`Policy::evaluate`] sends: the binary format when the module takes it.
+    request_format: RequestFormat,
     /// The policy's time limit in epoch ticks.
     deadline_ticks: u64,
     /// The host's epoch tick, to turn a [`Budget`] into ticks.
@@ -190,6 +215,13 @@ impl Policy {
             alloc: export(abi::EXPORT_ALLOC)?,
             evaluate: export(abi::EXPORT_EVALUATE)?,
             validate_settings: export(abi::EXPORT_VALIDATE_SETTINGS)?,
+            // Its type was checked with the others (ModuleInfo::check_abi).
+            evaluate_binary1: module.get_export_index(abi::EXPORT_EVALUATE_BINARY1),
+        };
+        let request_format = if exports.evaluate_binary1.is_some() {
+            RequestFormat::Binary1
+        } else {
+            RequestFormat::Json
         };
         let deadline_ticks = ticks(options.limits.timeout, config.epoch_tick);
 
@@ -205,6 +237,7 @@ impl Policy {
             settings: Value::Null,
             pre,
             exports,
+            request_format,
             deadline_ticks,
             epoch_tick: config.epoch_tick,
             cache_status,
@@ -242,6 +275,29 @@ impl Policy {
         let mut policy = self.clone();
         policy.limits.max_input_bytes = bytes;
         policy
+    }
+
+    /// The same compiled policy sending its requests in `format`.
+    ///
+    /// # Errors
+    /// [`LoadError::MissingExport`] when the module does not take `format`.
+    pub fn with_request_format(&self, format: RequestFormat) -> Result<Policy, LoadError> {
+        if format == RequestFormat::Binary1 && self.exports.evaluate_binary1.is_none() {
+            return Err(LoadError::MissingExport {
+                name: abi::EXPORT_EVALUATE_BINARY1,
+                expected: "func (i32, i32) -> i64",
+            });
+        }
+        Ok(Policy {
+            request_format: format,
+            ..self.clone()
+        })
+    }
+
+    /// How [`Policy::evaluate`] sends requests: the binary format when the module takes it,
+    /// JSON otherwise.
+    pub fn request_format(&self) -> RequestFormat {
+        self.request_format
     }
 
     /// What the module declares.
@@ -295,10 +351,22 @@ impl Policy {
         request: &Request,
         budget: Option<&Budget>,
     ) -> Result<Evaluation, EvalError> {
-        let input = encode_request(request.with_settings(&self.settings))
+        let request = request.with_settings(&self.settings);
+        let encoded = match (self.request_format, &self.exports.evaluate_binary1) {
+            (RequestFormat::Binary1, Some(export)) => {
+                let mut input = Vec::with_capacity(1024);
+                binary::encode(request, &mut input)
+                    .map(|()| (export, input))
+                    .map_err(|err| err.to_string())
+            }
+            _ => encode_request(request)
+                .map(|input| (&self.exports.evaluate, input))
+                .map_err(|err| err.to_string()),
+        };
+        let (export, input) = encoded
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
         stages::mark(Stage::RequestEncode);
-        self.evaluate_bytes(&input, budget)
+        self.evaluate_export(export, &input, budget)
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
@@ -306,16 +374,28 @@ impl Policy {
     /// # Errors
     /// As for [`Policy::evaluate`].
     pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
-        self.evaluate_bytes(input, None)
+        self.evaluate_export(&self.exports.evaluate, input, None)
     }
 
-    fn evaluate_bytes(
+    /// Evaluates a request given in the binary format, exactly as the bytes are sent to the
+    /// policy (they need not be a valid request: the policy answers what it cannot read with
+    /// an error). `None` when the module does not take the binary format.
+    ///
+    /// # Errors
+    /// As for [`Policy::evaluate`].
+    pub fn evaluate_binary(&self, input: &[u8]) -> Option<Result<Evaluation, EvalError>> {
+        let export = self.exports.evaluate_binary1.as_ref()?;
+        Some(self.evaluate_export(export, input, None))
+    }
+
+    fn evaluate_export(
         &self,
+        export: &ModuleExport,
         input: &[u8],
         budget: Option<&Budget>,
     ) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
-        let (decision, logs) = self.call(&self.exports.evaluate, input, budget, decode_decision)?;
+        let (decision, logs) = self.call(export, input, budget, decode_decision)?;
         Ok(Evaluation {
             decision,
             logs,

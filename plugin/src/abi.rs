@@ -10,6 +10,7 @@
 //! | `nicpolicy_alloc` | `(len: i32) -> i32` | reserves `len` bytes for the input; 0 on failure |
 //! | `nicpolicy_evaluate` | `(ptr: i32, len: i32) -> i64` | request JSON in, decision JSON out |
 //! | `nicpolicy_validate_settings` | `(ptr: i32, len: i32) -> i64` | settings JSON in, verdict out |
+//! | `nicpolicy_evaluate_binary1` (optional) | `(ptr: i32, len: i32) -> i64` | request in the [binary format](crate::binary), decision JSON out |
 //!
 //! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
 //! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
@@ -25,6 +26,9 @@ pub const EXPORT_ABI_VERSION: &str = "nicpolicy_abi_version";
 pub const EXPORT_ALLOC: &str = "nicpolicy_alloc";
 /// Export evaluating a request.
 pub const EXPORT_EVALUATE: &str = "nicpolicy_evaluate";
+/// Optional export evaluating a request given in the [binary format](crate::binary), version 1;
+/// same result as [`EXPORT_EVALUATE`]. Modules built with [`export_policy!`] have it.
+pub const EXPORT_EVALUATE_BINARY1: &str = "nicpolicy_evaluate_binary1";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
 /// Export holding the linear memory.
@@ -352,6 +356,12 @@ macro_rules! export_policy {
             pub extern "C" fn nicpolicy_evaluate(ptr: u32, len: u32) -> u64 {
                 // SAFETY: the host wrote `len` bytes at `ptr`, which came from `nicpolicy_alloc`.
                 unsafe { $crate::guest::evaluate(ptr, len, $evaluate) }
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_evaluate_binary1(ptr: u32, len: u32) -> u64 {
+                // SAFETY: as above.
+                unsafe { $crate::guest::evaluate_binary(ptr, len, $evaluate) }
             }
 
             #[no_mangle]

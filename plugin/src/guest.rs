@@ -69,16 +69,29 @@ fn stage_mark(_line: &'static str) {
 /// Runs `policy` on a request given as JSON and returns the decision (or error envelope) as
 /// JSON: the bytes `nicpolicy_evaluate` hands back, shared with the JS build.
 pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    let output = match serde_json::from_slice::<Request>(input) {
+    let request = serde_json::from_slice::<Request>(input)
+        .map_err(|err| format!("policy could not read the request: {err}"));
+    decide(request, policy)
+}
+
+/// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
+/// decision (or error envelope) as JSON, like [`evaluate_json`].
+pub fn evaluate_binary_request(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    let request = crate::binary::decode(input)
+        .map_err(|err| format!("policy could not read the binary request: {err}"));
+    decide(request, policy)
+}
+
+/// The decision on a decoded request, or the error envelope for one that could not be read.
+fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) -> Vec<u8> {
+    let output = match request {
         Ok(request) => {
             stage_mark(STAGE_DECODED);
             let decision = policy(&request);
             stage_mark(STAGE_DECIDED);
             EvaluateOutput::Decision(decision)
         }
-        Err(err) => EvaluateOutput::Error {
-            error: format!("policy could not read the request: {err}"),
-        },
+        Err(error) => EvaluateOutput::Error { error },
     };
     to_json(&output)
 }
@@ -110,6 +123,14 @@ pub fn validate_settings_json(input: &[u8], check: fn(&Value) -> Result<(), Stri
 /// As for [`input`].
 pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_json(input(ptr, len), policy))
+}
+
+/// Runs `policy` on the binary request at `ptr`/`len` and returns the packed decision.
+///
+/// # Safety
+/// As for [`input`].
+pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
+    emit(evaluate_binary_request(input(ptr, len), policy))
 }
 
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.

@@ -7,6 +7,7 @@
 //! - [`schema`]: the [`Request`] a policy receives and the [`Decision`] it returns;
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
+//! - [`binary`]: the binary request format a host may send instead of JSON (version 1);
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
 //! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
 //!   plan annotation);
@@ -35,6 +36,7 @@
 //! function runs natively under `cargo test`.
 
 pub mod abi;
+pub mod binary;
 pub mod capvcd;
 pub mod guest;
 #[cfg(feature = "js")]

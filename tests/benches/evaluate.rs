@@ -17,6 +17,10 @@ use common::{show_ns, EXTRAS};
 const INVENTORY_SIZES: [usize; 3] = [10, 100, 1000];
 
 fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpolicy::Policy) {
+    // The same module sent JSON (ABI v1's `nicpolicy_evaluate`) instead of the binary format.
+    let json = policy
+        .with_request_format(nicpolicy::RequestFormat::Json)
+        .expect("JSON always");
     let mut group = c.benchmark_group("evaluate");
     for (name, request) in common::evaluate_cases() {
         // Same decision both ways, or the comparison means nothing.
@@ -28,6 +32,9 @@ fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpol
         group.bench_with_input(BenchmarkId::new("wasm", &name), &request, |b, r| {
             b.iter(|| common::wasm(policy, black_box(r)))
         });
+        group.bench_with_input(BenchmarkId::new("wasm-json", &name), &request, |b, r| {
+            b.iter(|| common::wasm(&json, black_box(r)))
+        });
         group.bench_with_input(BenchmarkId::new("native-logic", &name), &request, |b, r| {
             b.iter(|| common::native_logic(black_box(r)))
         });
@@ -38,6 +45,11 @@ fn benches(c: &mut criterion::Criterion, host: &nicpolicy::Host, policy: &nicpol
             BenchmarkId::new("native-round-trip", &name),
             &request,
             |b, r| b.iter(|| common::native_round_trip(black_box(r))),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("native-round-trip-binary", &name),
+            &request,
+            |b, r| b.iter(|| common::native_round_trip_binary(black_box(r))),
         );
     }
     // The host's own floor: a module that allows without reading its input (instance,
@@ -95,28 +107,33 @@ fn summary(since: SystemTime) {
     let mut lines = Vec::new();
     for (name, _) in common::evaluate_cases() {
         let at = |function: &str| median(format!("evaluate/{function}/{name}"));
-        let (Some(wasm), Some(logic), Some(guest), Some(round)) = (
+        let (Some(wasm), Some(json), Some(logic), Some(guest), Some(round), Some(round_binary)) = (
             at("wasm"),
+            at("wasm-json"),
             at("native-logic"),
             at("native-guest"),
             at("native-round-trip"),
+            at("native-round-trip-binary"),
         ) else {
             continue;
         };
         lines.push(format!(
-            "| {name} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} |",
             show_ns(wasm),
+            show_ns(json),
             show_ns(logic),
             show_ns(guest),
             show_ns(round),
+            show_ns(round_binary),
             wasm / guest,
+            json / round,
             wasm / round,
-            wasm / logic,
+            wasm / round_binary,
         ));
     }
     if !lines.is_empty() {
-        println!("\n| machine | wasm | native logic | native guest (JSON in/out) | native round trip | wasm / guest | wasm / round trip | wasm / logic |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("\n| machine | wasm | wasm, JSON request | native logic | native guest (JSON in/out) | native round trip | native round trip, binary request | wasm / guest | wasm JSON / round trip | wasm / round trip | wasm / binary round trip |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         println!("{}", lines.join("\n"));
     }
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use common::review::{self, Review};
 use nicpolicy::stages::{self, Spent, Stage};
 use nicpolicy::webhook::Reviewer;
-use nicpolicy::{Host, HostConfig, Policy, PolicyOptions};
+use nicpolicy::{Host, HostConfig, Policy, PolicyOptions, RequestFormat};
+use nicpolicy_plugin::binary;
 use nicpolicy_plugin::schema::EvaluateOutput;
 use nicpolicy_plugin::{capvcd, Decision, Request};
 
@@ -161,7 +162,21 @@ fn native_round_trip(request: &Request) -> Decision {
     stages::mark(Stage::RequestEncode);
     let decoded: Request = serde_json::from_slice(&input).expect("requests decode");
     stages::mark(Stage::GuestDecode);
-    let decision = capvcd::evaluate(&decoded);
+    native_rules_and_back(&decoded)
+}
+
+/// [`native_round_trip`] with the request in the binary format (`nicpolicy_plugin::binary`).
+fn native_round_trip_binary(request: &Request) -> Decision {
+    let mut input = Vec::with_capacity(1024);
+    binary::encode(request.with_settings(&request.settings), &mut input).expect("requests encode");
+    stages::mark(Stage::RequestEncode);
+    let decoded = binary::decode(&input).expect("requests decode");
+    stages::mark(Stage::GuestDecode);
+    native_rules_and_back(&decoded)
+}
+
+fn native_rules_and_back(decoded: &Request) -> Decision {
+    let decision = capvcd::evaluate(decoded);
     stages::mark(Stage::Rules);
     let output = serde_json::to_vec(&EvaluateOutput::Decision(decision)).expect("decisions encode");
     stages::mark(Stage::GuestEncode);
@@ -192,16 +207,23 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
                 .decision
         })
     };
+    let builtin = load(nicpolicy::builtin::CAPVCD_WASM);
+    let json = builtin
+        .with_request_format(RequestFormat::Json)
+        .expect("JSON always");
+    assert_eq!(builtin.request_format(), RequestFormat::Binary1);
     let mut variants: Vec<(String, Evaluator)> = vec![
         ("native round trip".to_string(), Box::new(native_round_trip)),
         (
-            "Wasm".to_string(),
-            wasm(load(nicpolicy::builtin::CAPVCD_WASM)),
+            "native round trip, binary request".to_string(),
+            Box::new(native_round_trip_binary),
         ),
+        ("Wasm, JSON request".to_string(), wasm(json)),
+        ("Wasm".to_string(), wasm(builtin)),
     ];
     if let Some(bytes) = marked {
         variants.insert(
-            1,
+            2,
             ("Wasm, stage-marked build".to_string(), wasm(load(bytes))),
         );
     }
@@ -229,6 +251,7 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
         ratios.push((
             name.clone(),
             total(&medians[0]),
+            total(&medians[medians.len() - 2]),
             total(&medians[medians.len() - 1]),
         ));
         table(
@@ -239,13 +262,17 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
             &medians,
         );
     }
-    println!("\n| machine | native round trip | Wasm | Wasm / native round trip |");
-    println!("|---|---|---|---|");
-    for (name, native, wasm) in ratios {
+    println!(
+        "\n| machine | native round trip | Wasm, JSON request | Wasm | Wasm, JSON / native round trip | Wasm / native round trip |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (name, native, json, wasm) in ratios {
         println!(
-            "| {name} | {} | {} | {:.2} |",
+            "| {name} | {} | {} | {} | {:.2} | {:.2} |",
             common::show_ns(native),
+            common::show_ns(json),
             common::show_ns(wasm),
+            json / native,
             wasm / native
         );
     }

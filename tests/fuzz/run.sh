@@ -28,17 +28,43 @@ if ! cargo "+$toolchain" fuzz --version >/dev/null 2>&1; then
     exit 2
 fi
 
-# The host embeds the built-in policies. Build them with the workspace's pinned toolchain
-# (which has the wasm32 target) so the nightly build only reads them.
+# The host embeds the built-in policies, each as an ABI v1 module and, for crates with a
+# `kubewarden` feature, as a Kubewarden one. Build both with the workspace's pinned toolchain
+# (which has the wasm32 target) into one directory, so the nightly build only reads them.
 cd "$root"
 packages=()
+kubewarden=()
 for manifest in policies/*/Cargo.toml; do
     name="$(sed -n 's/^name = "\(.*\)"$/\1/p' "$manifest" | head -n 1)"
     packages+=(--package "$name")
+    if grep -q '^kubewarden *=' "$manifest"; then
+        kubewarden+=(--package "$name" --features "$name/kubewarden")
+    fi
 done
 cargo build --quiet --profile policy --target wasm32-unknown-unknown \
     --target-dir "$target_dir/wasm-policies" "${packages[@]}"
-export NICPOLICY_POLICY_DIR="$target_dir/wasm-policies/wasm32-unknown-unknown/policy"
+modules="$target_dir/policy-modules"
+mkdir -p "$modules"
+cp "$target_dir"/wasm-policies/wasm32-unknown-unknown/policy/*.wasm "$modules/"
+if [ "${#kubewarden[@]}" -gt 0 ]; then
+    cargo build --quiet --profile policy --target wasm32-unknown-unknown \
+        --target-dir "$target_dir/wasm-kubewarden" "${kubewarden[@]}"
+    for module in "$target_dir"/wasm-kubewarden/wasm32-unknown-unknown/policy/*.wasm; do
+        cp "$module" "$modules/$(basename "$module" .wasm).kubewarden.wasm"
+    done
+fi
+export NICPOLICY_POLICY_DIR="$modules"
+# The playground page is built through wasm-bindgen for wasm32, which the nightly toolchain may
+# lack: take the page of the workspace's own build (built now if there is none).
+page() {
+    ls -td "$root"/target/*/build/nicpolicy-*/out/playground 2>/dev/null \
+        | while read -r dir; do [ -f "$dir/index.html" ] && echo "$dir" && break; done
+}
+if [ -z "$(page)" ]; then
+    cargo build --quiet --package nicpolicy
+fi
+NICPOLICY_PLAYGROUND_DIR="$(page)"
+export NICPOLICY_PLAYGROUND_DIR
 
 if [ "$#" -gt 0 ]; then
     targets=("$@")

@@ -154,3 +154,68 @@ pub fn admission_review(data: &[u8]) {
         }
     }
 }
+
+/// A request in the binary format (`nicpolicy_plugin::binary`), read natively and by the
+/// built-in CAPVCD policy in Wasm. Natively, a request that decodes survives an encode and
+/// decode unchanged, and an error names a byte inside the input. In Wasm, every input gets a
+/// decision or the policy's own error, never a trap or bad output; a request that decodes
+/// natively gets the decision the native rules give it.
+pub fn binary_request(data: &[u8]) {
+    use nicpolicy_plugin::binary;
+    use std::sync::OnceLock;
+
+    static POLICY: OnceLock<nicpolicy::Policy> = OnceLock::new();
+    let policy = POLICY.get_or_init(|| {
+        let host = nicpolicy::Host::new(nicpolicy::HostConfig {
+            cache_dir: None,
+            max_instances: 4,
+            ..nicpolicy::HostConfig::default()
+        })
+        .expect("engine starts");
+        host.load(
+            nicpolicy::builtin::CAPVCD_WASM,
+            nicpolicy::PolicyOptions::default(),
+        )
+        .expect("the built-in policy loads")
+    });
+    let native = binary::decode(data);
+    match &native {
+        Ok(request) => {
+            let mut again = Vec::new();
+            binary::encode(request.with_settings(&request.settings), &mut again)
+                .expect("a decoded request encodes");
+            let back = binary::decode(&again).expect("a re-encoded request decodes");
+            assert_eq!(
+                &back, request,
+                "the request changes in an encode and decode"
+            );
+        }
+        Err(err) => {
+            assert!(
+                err.at <= data.len(),
+                "{err} lies outside {} bytes",
+                data.len()
+            );
+            assert!(!err.to_string().is_empty());
+        }
+    }
+    let answer = policy
+        .evaluate_binary(data)
+        .expect("the built-in policy takes the binary format");
+    match (answer, native) {
+        (Ok(evaluation), Ok(request)) => assert_eq!(
+            evaluation.decision,
+            nicpolicy_capvcd::evaluate_request(&request),
+            "Wasm and native decide alike"
+        ),
+        (Err(EvalError::Policy(message)), Err(err)) => assert!(
+            message.contains(&err.to_string()),
+            "the policy names the same problem: {message} / {err}"
+        ),
+        (answer, native) => panic!(
+            "Wasm and native disagree: {:?} / {:?}",
+            answer.map(|e| e.decision),
+            native.map(|_| "a request")
+        ),
+    }
+}

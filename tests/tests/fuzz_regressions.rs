@@ -46,3 +46,21 @@ fn admission_review_inputs_are_answered() {
         fuzzing::admission_review(&bytes[..bytes.len() / 2]);
     }
 }
+
+#[test]
+fn binary_request_inputs_decode_alike_in_wasm_and_natively() {
+    let files = inputs("binary_request");
+    assert!(files.len() >= 4, "seeds present: {files:?}");
+    for path in files {
+        let bytes = std::fs::read(&path).expect("input");
+        fuzzing::binary_request(&bytes);
+        // Cut short, and each byte in turn flipped: read alike (or refused alike) in Wasm and
+        // natively, whichever field the damage lands in.
+        fuzzing::binary_request(&bytes[..bytes.len() / 2]);
+        for at in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0xff;
+            fuzzing::binary_request(&flipped);
+        }
+    }
+}

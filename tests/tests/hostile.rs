@@ -491,6 +491,64 @@ fn missing_export_is_refused() {
 }
 
 #[test]
+fn binary_request_export_of_another_type_is_refused() {
+    let host = test_host();
+    let mut module = Module::allowing();
+    module.extra = r#"(func (export "nicpolicy_evaluate_binary1") (param i32) (result i64)
+    i64.const 0)"#
+        .to_string();
+    let err = load_error(&host, &module);
+    assert!(
+        matches!(
+            err,
+            LoadError::ExportType {
+                name: "nicpolicy_evaluate_binary1",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_host_healthy(&host);
+}
+
+#[test]
+fn binary_request_export_is_used_and_held_to_the_same_rules() {
+    // A module that takes JSON only gets JSON; one that exports the binary entry point gets
+    // its requests there, under the same limits and output checks (here: a trap).
+    let host = test_host();
+    let json_only = host
+        .load(&Module::allowing().wasm(), tight_options())
+        .expect("loads");
+    assert_eq!(json_only.request_format(), nicpolicy::RequestFormat::Json);
+    assert!(json_only.evaluate_binary(b"NPB\x01").is_none());
+    assert!(json_only
+        .with_request_format(nicpolicy::RequestFormat::Binary1)
+        .is_err());
+    assert!(
+        json_only
+            .evaluate(&request())
+            .expect("allows")
+            .decision
+            .allowed
+    );
+
+    let mut module = Module::allowing();
+    module.extra = r#"(func (export "nicpolicy_evaluate_binary1") (param i32 i32) (result i64)
+    unreachable)"#
+        .to_string();
+    let policy = host.load(&module.wasm(), tight_options()).expect("loads");
+    assert_eq!(policy.request_format(), nicpolicy::RequestFormat::Binary1);
+    let err = policy.evaluate(&request()).expect_err("traps");
+    assert!(matches!(err, EvalError::Trap { .. }), "{err}");
+    // Told to send JSON, the same module answers through nicpolicy_evaluate.
+    let json = policy
+        .with_request_format(nicpolicy::RequestFormat::Json)
+        .expect("JSON always");
+    assert!(json.evaluate(&request()).expect("allows").decision.allowed);
+    assert_host_healthy(&host);
+}
+
+#[test]
 fn files_that_are_not_wasm_are_refused() {
     let host = test_host();
     let err = host

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use nicpolicy::builtin;
-use nicpolicy::PolicyOptions;
-use nicpolicy_tests::{host, run_suite};
+use nicpolicy::{PolicyOptions, RequestFormat};
+use nicpolicy_tests::{decided_cases, host, run_suite};
 
 /// Fewest cases a policy's suite may have.
 const MIN_CASES: usize = 8;
@@ -41,4 +41,34 @@ fn every_site_policy_passes_its_cases() {
         failures.extend(policy_failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_built_in_policy_decides_alike_from_json_and_binary_requests() {
+    // The binary request format carries the same request: every case of every built-in
+    // policy gets the same decision through either entry point.
+    let host = host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("site-cache"));
+    let cases_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
+    for policy in builtin::POLICIES {
+        let binary = host
+            .load(policy.wasm, PolicyOptions::default())
+            .unwrap_or_else(|err| panic!("{}: {err}", policy.name));
+        assert_eq!(
+            binary.request_format(),
+            RequestFormat::Binary1,
+            "{}: built with the SDK, so it takes the binary format",
+            policy.name
+        );
+        let json = binary
+            .with_request_format(RequestFormat::Json)
+            .expect("JSON always");
+        let dir = cases_root.join(policy.name);
+        let from_binary = decided_cases(&binary, &dir);
+        let from_json = decided_cases(&json, &dir);
+        assert!(from_binary.len() >= MIN_CASES, "{}", policy.name);
+        assert_eq!(from_binary.len(), from_json.len(), "{}", policy.name);
+        for (b, j) in from_binary.iter().zip(&from_json) {
+            assert_eq!(b.decision, j.decision, "{}", b.case.path.display());
+        }
+    }
 }

@@ -94,8 +94,21 @@ fn info_json(info: &ModuleInfo, problem: Option<&str>) -> serde_json::Value {
             .map(kubewarden::metadata_json),
         "imports": items(&info.imports),
         "exports": items(&info.exports),
+        "requestFormats": request_formats(info),
         "abiCheck": problem.unwrap_or("ok"),
     })
+}
+
+/// The request formats an ABI v1 module takes; none for a waPC module.
+fn request_formats(info: &ModuleInfo) -> Vec<String> {
+    match info.abi() {
+        ModuleAbi::NicpolicyV1 => info
+            .request_formats()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        ModuleAbi::KubewardenWapc => Vec::new(),
+    }
 }
 
 fn render_info(label: &str, info: &ModuleInfo, problem: Option<&str>) -> String {
@@ -105,6 +118,9 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&str>) -> String 
     let _ = writeln!(out, "sha256:       {}", info.sha256);
     let _ = writeln!(out, "Size:         {} bytes", info.size);
     let _ = writeln!(out, "ABI:          {abi}");
+    if abi == ModuleAbi::NicpolicyV1 {
+        let _ = writeln!(out, "Requests:     {}", request_formats(info).join(", "));
+    }
     match (&info.metadata, &info.kubewarden) {
         (_, Some(Ok(meta))) => render_kubewarden(&mut out, meta),
         (_, Some(Err(err))) => {

@@ -117,8 +117,9 @@ pub fn capvcd_policy(host: &Host) -> Policy {
         .expect("the CAPVCD policy loads")
 }
 
-/// Through the host: encode the request, fresh instance, guest decode + rules + encode, decode
-/// and check the decision.
+/// Through the host: encode the request (in the binary format, as the host sends it to this
+/// module; JSON for a policy set to [`nicpolicy::RequestFormat::Json`]), fresh instance, guest
+/// decode + rules + encode, decode and check the decision.
 pub fn wasm(policy: &Policy, request: &Request) -> Decision {
     policy
         .evaluate(request)
@@ -141,6 +142,17 @@ pub fn native_guest(input: &[u8]) -> Vec<u8> {
 pub fn native_round_trip(request: &Request) -> Decision {
     let input = serde_json::to_vec(request).expect("requests encode");
     let output = native_guest(&input);
+    nicpolicy::policy::decode_decision(&output).expect("decisions decode")
+}
+
+/// [`native_round_trip`] with the request in the binary format (the host's default for
+/// modules built with the SDK): encode, the guest's decode, rules and JSON encode, decode and
+/// check the decision.
+pub fn native_round_trip_binary(request: &Request) -> Decision {
+    let mut input = Vec::with_capacity(1024);
+    nicpolicy_plugin::binary::encode(request.with_settings(&request.settings), &mut input)
+        .expect("requests encode");
+    let output = guest::evaluate_binary_request(&input, capvcd::evaluate);
     nicpolicy::policy::decode_decision(&output).expect("decisions decode")
 }
 
