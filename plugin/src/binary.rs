@@ -690,6 +690,35 @@ mod tests {
     }
 
     #[test]
+    fn every_enum_value_round_trips() {
+        // Encoder and decoder each map the enums to tag bytes: every value must come back.
+        let mut request = full_request();
+        for operation in [Operation::Create, Operation::Update] {
+            for kind in ObjectKind::ALL {
+                for role in [Role::ControlPlane, Role::Worker] {
+                    request.operation = operation;
+                    request.kind = kind;
+                    request.machine.role = role;
+                    assert_eq!(decode(&encoded(&request)).unwrap(), request);
+                }
+            }
+        }
+        let types = [
+            None,
+            Some(NetworkType::Routed),
+            Some(NetworkType::Isolated),
+            Some(NetworkType::Direct),
+            Some(NetworkType::Imported),
+        ];
+        for network_type in types {
+            if let Some(inventory) = request.inventory.as_mut() {
+                inventory.networks[0].network_type = network_type;
+            }
+            assert_eq!(decode(&encoded(&request)).unwrap(), request);
+        }
+    }
+
+    #[test]
     fn every_truncation_is_refused_without_panicking() {
         let bytes = encoded(&full_request());
         for end in 0..bytes.len() {
