@@ -19,7 +19,20 @@
 //! cargo bench -p nicpolicy --bench webhook_load
 //! cargo bench -p nicpolicy --bench webhook_load -- --seconds 20 --rounds 10 --concurrency 64
 //! cargo bench -p nicpolicy --bench webhook_load -- --baseline /tmp/nicpolicy-main
+//! cargo bench -p nicpolicy --bench webhook_load -- --rate 4000
 //! ```
+//!
+//! By default every connection posts its next review as soon as the last is answered (a closed
+//! loop): each server runs as fast as it can, so a slower server also batches less per wake-up
+//! and shares the cores with a load generator that waits on it. With `--rate N` the reviews are
+//! offered on a fixed schedule of N per second to every server alike (an open loop; latency
+//! counts from the scheduled time, so a server that falls behind shows it), which compares CPU
+//! per review at the same load. A server that cannot keep up is reported.
+//!
+//! With `--stages`, the `wasm` and `native` servers of this build also time the stages of
+//! every review (`nicpolicy serve --bench-stages`), and a table holds each stage's mean against
+//! the CPU the whole server spends per review: what the review path does not account for is
+//! HTTP, TLS, the async runtime and the kernel.
 //!
 //! Prints requests/s, latency percentiles, errors and resident memory (idle, and the peak under
 //! load) per server, then the Wasm / native ratios.
@@ -28,7 +41,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +74,10 @@ struct Options {
     concurrency: usize,
     workers: usize,
     baseline: Option<PathBuf>,
+    /// Reviews per second offered to each server; `None` for the closed loop.
+    rate: Option<u64>,
+    /// Whether this build's `wasm` and `native` servers time their review stages.
+    stages: bool,
 }
 
 impl Options {
@@ -71,6 +88,8 @@ impl Options {
             concurrency: 32,
             workers: 2,
             baseline: None,
+            rate: None,
+            stages: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -86,6 +105,8 @@ impl Options {
                 "--rounds" => options.rounds = value("--rounds")?,
                 "--concurrency" => options.concurrency = value("--concurrency")? as usize,
                 "--workers" => options.workers = value("--workers")? as usize,
+                "--rate" => options.rate = Some(value("--rate")?),
+                "--stages" => options.stages = true,
                 "--baseline" => {
                     let file = args.next().context("--baseline needs a nicpolicy binary")?;
                     options.baseline = Some(PathBuf::from(file));
@@ -93,7 +114,7 @@ impl Options {
                 // cargo bench passes --bench; criterion-style filters are not used here.
                 "--bench" => {}
                 other => {
-                    bail!("unknown argument {other:?} (--seconds N, --rounds N, --concurrency N, --workers N, --baseline FILE)")
+                    bail!("unknown argument {other:?} (--seconds N, --rounds N, --concurrency N, --workers N, --rate N, --stages, --baseline FILE)")
                 }
             }
         }
@@ -101,6 +122,7 @@ impl Options {
         ensure!(options.rounds > 0, "--rounds must be at least 1");
         ensure!(options.concurrency > 0, "--concurrency must be at least 1");
         ensure!(options.workers > 0, "--workers must be at least 1");
+        ensure!(options.rate != Some(0), "--rate must be at least 1");
         Ok(options)
     }
 }
@@ -169,6 +191,8 @@ struct Served {
     child: Child,
     address: SocketAddr,
     ca_pem: String,
+    /// Started with `--bench-stages`.
+    timed: bool,
 }
 
 impl Drop for Served {
@@ -179,7 +203,13 @@ impl Drop for Served {
 }
 
 impl Served {
-    fn start(binary: &Path, dir: &Path, config: &Path, native: bool) -> Result<Served> {
+    fn start(
+        binary: &Path,
+        dir: &Path,
+        config: &Path,
+        native: bool,
+        stages: bool,
+    ) -> Result<Served> {
         // A free port: bound, read, released; the server binds it a moment later.
         let address = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let ca = dir.join(format!("ca-{}.crt", address.port()));
@@ -198,6 +228,9 @@ impl Served {
             .stderr(Stdio::piped());
         if native {
             command.arg("--bench-native-capvcd");
+        }
+        if stages {
+            command.arg("--bench-stages");
         }
         let mut child = command.spawn().context("cannot start nicpolicy serve")?;
         // Forward the server's log lines, so a failure to start says why.
@@ -229,6 +262,7 @@ impl Served {
             child,
             address,
             ca_pem,
+            timed: stages,
         })
     }
 
@@ -245,14 +279,18 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// CPU time (user + system) a process has used, from /proc (Linux).
-fn cpu_time(pid: u32) -> Option<Duration> {
+/// CPU time a process has used, `(user, system)`, from /proc (Linux).
+fn cpu_time(pid: u32) -> Option<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start at state, field 3.
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
     // The kernel reports in clock ticks: USER_HZ, 100 on Linux.
-    Some(Duration::from_millis(ticks * 10))
+    Some((
+        Duration::from_millis(user * 10),
+        Duration::from_millis(system * 10),
+    ))
 }
 
 /// One review to post: the endpoint URL, the body, and what the answer must be.
@@ -362,6 +400,18 @@ async fn inline_overruns(client: &reqwest::Client, served: &Served) -> Result<Op
     }))
 }
 
+/// The stage times the server kept since the last call (`--bench-stages`), and forgets them.
+async fn stage_summary(client: &reqwest::Client, served: &Served) -> Result<Value> {
+    let url = format!("https://localhost:{}/bench/stages", served.address.port());
+    let response = client.get(url).send().await?;
+    ensure!(
+        response.status().is_success(),
+        "GET /bench/stages: HTTP {}",
+        response.status()
+    );
+    Ok(serde_json::from_slice(&response.bytes().await?)?)
+}
+
 /// One answer per review of the mix, checked before any load.
 async fn warm_up(client: &reqwest::Client, reviews: &[Review]) -> Result<Vec<(bool, bool, usize)>> {
     let mut outcomes = Vec::new();
@@ -375,27 +425,48 @@ async fn warm_up(client: &reqwest::Client, reviews: &[Review]) -> Result<Vec<(bo
     Ok(outcomes)
 }
 
+/// Posts the mix for `duration` over `concurrency` connections: each posts its next review as
+/// soon as the last is answered, or, with a `rate`, when the fixed schedule says so.
 async fn load(
     client: reqwest::Client,
     reviews: Arc<Vec<Review>>,
     concurrency: usize,
     duration: Duration,
+    rate: Option<u64>,
 ) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
+    let ticket = Arc::new(AtomicU64::new(0));
+    let started = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let client = client.clone();
             let reviews = reviews.clone();
             let stop = stop.clone();
+            let ticket = ticket.clone();
             tokio::spawn(async move {
                 let mut run = Run::default();
                 let mut next = task;
-                while !stop.load(Ordering::Relaxed) {
+                loop {
+                    let sent = match rate {
+                        None if stop.load(Ordering::Relaxed) => break,
+                        None => tokio::time::Instant::now(),
+                        Some(rate) => {
+                            // The next free slot of the schedule, whichever connection is free.
+                            let k = ticket.fetch_add(1, Ordering::Relaxed);
+                            next = k as usize;
+                            let at = started + Duration::from_secs_f64(k as f64 / rate as f64);
+                            if at >= started + duration {
+                                break;
+                            }
+                            tokio::time::sleep_until(at).await;
+                            at
+                        }
+                    };
                     let review = &reviews[next % reviews.len()];
                     next += 1;
-                    let sent = Instant::now();
                     match post(&client, review).await {
+                        // From the scheduled time with a rate: waiting for a free connection
+                        // is part of the latency a slow server causes.
                         Ok(_) => run.latencies.push(sent.elapsed()),
                         Err(err) => {
                             run.errors += 1;
@@ -433,9 +504,12 @@ struct Measured {
     run: Run,
     rss_idle: u64,
     rss_peak: u64,
-    /// The server's CPU time over all rounds.
-    cpu: Duration,
+    /// The server's CPU time over all rounds: user, system.
+    cpu: (Duration, Duration),
     outcomes: Vec<(bool, bool, usize)>,
+    /// Whether the server times its stages (`--bench-stages`), and what it timed.
+    timed: bool,
+    stages: Option<Value>,
 }
 
 impl Measured {
@@ -449,6 +523,11 @@ impl Measured {
         let reviews = Arc::new(reviews(&served)?);
         let client = client(&served, options.concurrency)?;
         let outcomes = runtime.block_on(warm_up(&client, &reviews))?;
+        let timed = served.timed;
+        if timed {
+            // The warm-up's reviews are not part of the load.
+            runtime.block_on(stage_summary(&client, &served))?;
+        }
         std::thread::sleep(Duration::from_millis(500));
         let rss_idle = served.rss_bytes().unwrap_or(0);
         Ok(Measured {
@@ -459,18 +538,35 @@ impl Measured {
             run: Run::default(),
             rss_idle,
             rss_peak: 0,
-            cpu: Duration::ZERO,
+            cpu: (Duration::ZERO, Duration::ZERO),
             outcomes,
+            timed,
+            stages: None,
         })
     }
 
     /// The server's CPU time per answered review, in microseconds.
     fn cpu_per_review_us(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.run.latencies.len().max(1) as f64
+        self.per_review_us(self.cpu.0 + self.cpu.1)
+    }
+
+    /// The server's system (kernel) CPU time per answered review, in microseconds.
+    fn system_per_review_us(&self) -> f64 {
+        self.per_review_us(self.cpu.1)
+    }
+
+    fn per_review_us(&self, time: Duration) -> f64 {
+        time.as_secs_f64() * 1e6 / self.run.latencies.len().max(1) as f64
     }
 
     /// One round of load; latencies and time add up over rounds, the memory peak is kept.
-    fn round(&mut self, runtime: &tokio::runtime::Runtime, concurrency: usize, duration: Duration) {
+    fn round(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        concurrency: usize,
+        duration: Duration,
+        rate: Option<u64>,
+    ) {
         // Resident memory sampled through the round.
         let sampling = Arc::new(AtomicBool::new(true));
         let sampler = {
@@ -492,9 +588,11 @@ impl Measured {
             self.reviews.clone(),
             concurrency,
             duration,
+            rate,
         ));
         if let (Some(before), Some(after)) = (cpu_before, cpu_time(pid)) {
-            self.cpu += after.saturating_sub(before);
+            self.cpu.0 += after.0.saturating_sub(before.0);
+            self.cpu.1 += after.1.saturating_sub(before.1);
         }
         sampling.store(false, Ordering::Relaxed);
         self.rss_peak = self.rss_peak.max(sampler.join().unwrap_or(0));
@@ -527,10 +625,51 @@ fn compare(label: &str, wasm: &Measured, native: &Measured) {
     );
     let (w, n) = (wasm.cpu_per_review_us(), native.cpu_per_review_us());
     println!(
-        "{label}server CPU per review: Wasm {w:.0} us, native {n:.0} us: Wasm adds {:.0} us, \
-         {:.1}% of the Wasm server's CPU per review",
+        "{label}server CPU per review: Wasm {w:.0} us, native {n:.0} us: Wasm adds {:.0} us \
+         (system {:+.0} us), {:.1}% of the Wasm server's CPU per review",
         w - n,
+        wasm.system_per_review_us() - native.system_per_review_us(),
         (w - n) / w * 100.0
+    );
+}
+
+/// Each stage's mean per review in the `wasm` and `native` servers (wall time on the worker,
+/// the slowest 5 % of reviews left out), then the review path against the server's CPU per
+/// review: the rest is HTTP, TLS, the async runtime and the kernel.
+fn stage_table(wasm: &Measured, wasm_stages: &Value, native: &Measured, native_stages: &Value) {
+    let us =
+        |summary: &Value, at: usize| summary["stages"][at]["meanNs"].as_f64().unwrap_or(0.0) / 1e3;
+    let total = |summary: &Value| summary["totalMeanNs"].as_f64().unwrap_or(0.0) / 1e3;
+    println!(
+        "\nstages of the reviews answered on a worker, mean per review ({} and {} reviews timed):\n",
+        wasm_stages["kept"], native_stages["kept"]
+    );
+    println!("| stage | wasm | native | wasm − native |");
+    println!("|---|---|---|---|");
+    let count = wasm_stages["stages"].as_array().map_or(0, Vec::len);
+    for at in 0..count {
+        let (w, n) = (us(wasm_stages, at), us(native_stages, at));
+        if w < 0.005 && n < 0.005 {
+            continue;
+        }
+        let name = wasm_stages["stages"][at]["stage"].as_str().unwrap_or("?");
+        println!("| {name} | {w:.2} us | {n:.2} us | {:+.2} us |", w - n);
+    }
+    let (w, n) = (total(wasm_stages), total(native_stages));
+    println!(
+        "| **review path** | {w:.2} us | {n:.2} us | {:+.2} us |",
+        w - n
+    );
+    let (cw, cn) = (wasm.cpu_per_review_us(), native.cpu_per_review_us());
+    println!(
+        "| server CPU per review | {cw:.0} us | {cn:.0} us | {:+.0} us |",
+        cw - cn
+    );
+    println!(
+        "| rest: HTTP, TLS, async runtime, kernel | {:.0} us | {:.0} us | {:+.0} us |",
+        cw - w,
+        cn - n,
+        (cw - w) - (cn - n)
     );
 }
 
@@ -547,10 +686,11 @@ fn main() -> Result<()> {
         .build()?;
 
     let built = Path::new(env!("CARGO_BIN_EXE_nicpolicy"));
+    let timed = options.stages;
     let mut servers = vec![
-        ("wasm", built, &capvcd, false),
-        ("native", built, &capvcd, true),
-        ("wasm-3-policies", built, &three, false),
+        ("wasm", built, &capvcd, false, timed),
+        ("native", built, &capvcd, true, timed),
+        ("wasm-3-policies", built, &three, false, false),
     ];
     if let Some(baseline) = &options.baseline {
         ensure!(
@@ -558,28 +698,35 @@ fn main() -> Result<()> {
             "--baseline {}: no such file",
             baseline.display()
         );
-        servers.push(("wasm (baseline)", baseline, &capvcd, false));
-        servers.push(("native (baseline)", baseline, &capvcd, true));
+        servers.push(("wasm (baseline)", baseline, &capvcd, false, false));
+        servers.push(("native (baseline)", baseline, &capvcd, true, false));
     }
     let mut results = Vec::new();
-    for (name, binary, config, native) in servers {
-        let served = Served::start(binary, &dir, config, native)?;
+    for (name, binary, config, native, timed) in servers {
+        let served = Served::start(binary, &dir, config, native, timed)?;
         results.push(Measured::warm_up(&runtime, name, served, &options)?);
     }
     let round = Duration::from_secs_f64(options.seconds as f64 / options.rounds as f64);
     for number in 1..=options.rounds {
+        let offered = options
+            .rate
+            .map_or_else(String::new, |rate| format!(", {rate} reviews/s offered"));
         eprintln!(
-            "round {number}/{}: {} connections, {:.1} s per server ...",
+            "round {number}/{}: {} connections{offered}, {:.1} s per server ...",
             options.rounds,
             options.concurrency,
             round.as_secs_f64()
         );
         for measured in &mut results {
-            measured.round(&runtime, options.concurrency, round);
+            measured.round(&runtime, options.concurrency, round, options.rate);
         }
     }
     for measured in &mut results {
         measured.run.latencies.sort_unstable();
+        if measured.timed {
+            let summary = runtime.block_on(stage_summary(&measured.client, &measured.served));
+            measured.stages = Some(summary.with_context(|| format!("{}: stages", measured.name))?);
+        }
     }
 
     // The Wasm and native servers (of both builds) must decide alike, or the comparison
@@ -594,8 +741,12 @@ fn main() -> Result<()> {
         );
     }
 
+    let load = options.rate.map_or_else(
+        || "as fast as each server answers".to_string(),
+        |rate| format!("{rate} reviews/s offered"),
+    );
     println!(
-        "\n{} connections, {} s per server in {} interleaved rounds, {} evaluation slots, \
+        "\n{} connections, {load}, {} s per server in {} interleaved rounds, {} evaluation slots, \
          mix of {} reviews (mutate + validate worker CREATE, invalid CREATE, template CREATE)\n",
         options.concurrency,
         options.seconds,
@@ -603,8 +754,8 @@ fn main() -> Result<()> {
         options.workers,
         MIX.len()
     );
-    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | server CPU per review | RSS idle MB | RSS peak MB | evaluations cut on the worker |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| server | reviews/s | p50 ms | p90 ms | p99 ms | max ms | errors | server CPU per review | of which system | RSS idle MB | RSS peak MB | evaluations cut on the worker |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for m in &results {
         let cut = runtime
             .block_on(inline_overruns(&m.client, &m.served))
@@ -612,7 +763,7 @@ fn main() -> Result<()> {
             .flatten()
             .map_or_else(|| "-".to_string(), |n| n.to_string());
         println!(
-            "| {} | {:.0} | {} | {} | {} | {} | {} | {:.0} us | {} | {} | {cut} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {:.0} us | {:.0} us | {} | {} | {cut} |",
             m.name,
             m.run.per_second(),
             ms(m.run.percentile(50.0)),
@@ -621,12 +772,29 @@ fn main() -> Result<()> {
             ms(m.run.percentile(100.0)),
             m.run.errors,
             m.cpu_per_review_us(),
+            m.system_per_review_us(),
             mb(m.rss_idle),
             mb(m.rss_peak),
         );
     }
     println!();
+    if let Some(rate) = options.rate {
+        // Below the offered rate, the figures are those of a saturated server, not of the load.
+        for m in results
+            .iter()
+            .filter(|m| m.run.per_second() < 0.97 * rate as f64)
+        {
+            println!(
+                "{} did not keep up: {:.0} reviews/s answered of {rate} offered",
+                m.name,
+                m.run.per_second()
+            );
+        }
+    }
     compare("", &results[0], &results[1]);
+    if let (Some(wasm), Some(native)) = (&results[0].stages, &results[1].stages) {
+        stage_table(&results[0], wasm, &results[1], native);
+    }
     if results.len() == 5 {
         compare("baseline ", &results[3], &results[4]);
     }

@@ -351,12 +351,19 @@ pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
 
 /// The exports ABI v1 allows beside the required ones, with their types: a module need not
 /// have them, but one that does must give them this type.
-pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 1] {
-    [(
-        abi::EXPORT_EVALUATE_BINARY1,
-        func(&["i32", "i32"], &["i64"]),
-        "func (i32, i32) -> i64",
-    )]
+pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 2] {
+    [
+        (
+            abi::EXPORT_EVALUATE_BINARY1,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+        (
+            abi::EXPORT_EVALUATE_BINARY2,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+    ]
 }
 
 /// The ABI a module speaks.
@@ -439,18 +446,19 @@ impl ModuleInfo {
         Ok(())
     }
 
-    /// The request formats the module takes: JSON always, the binary format when it exports
-    /// `nicpolicy_evaluate_binary1`.
+    /// The request formats the module takes: JSON always, binary v1 when it exports
+    /// `nicpolicy_evaluate_binary1`, binary v2 when it exports `nicpolicy_evaluate_binary2`.
     pub fn request_formats(&self) -> Vec<crate::policy::RequestFormat> {
-        let mut formats = vec![crate::policy::RequestFormat::Json];
-        if self
-            .exports
-            .iter()
-            .any(|e| e.name == abi::EXPORT_EVALUATE_BINARY1)
-        {
-            formats.push(crate::policy::RequestFormat::Binary1);
-        }
-        formats
+        use crate::policy::RequestFormat;
+        let has = |format: &RequestFormat| self.exports.iter().any(|e| e.name == format.export());
+        // JSON is the ABI itself: a module without its export fails the ABI check instead.
+        std::iter::once(RequestFormat::Json)
+            .chain(
+                [RequestFormat::Binary1, RequestFormat::Binary2]
+                    .into_iter()
+                    .filter(has),
+            )
+            .collect()
     }
 }
 
@@ -544,37 +552,39 @@ mod tests {
     }
 
     #[test]
-    fn the_binary_request_export_is_optional_but_typed() {
+    fn the_binary_exports_are_optional_but_typed() {
         let info = inspect(&module(GOOD)).unwrap();
         assert_eq!(info.request_formats(), [RequestFormat::Json]);
-        let with = |ty: &str| {
-            GOOD.replace(
-                "(memory",
-                &format!(
-                    r#"(func (export "nicpolicy_evaluate_binary1") {ty} unreachable)
+        for (name, format) in [
+            ("nicpolicy_evaluate_binary1", RequestFormat::Binary1),
+            ("nicpolicy_evaluate_binary2", RequestFormat::Binary2),
+        ] {
+            let with = |ty: &str| {
+                GOOD.replace(
+                    "(memory",
+                    &format!(
+                        r#"(func (export "{name}") {ty} unreachable)
   (memory"#
-                ),
-            )
-        };
-        let info = inspect(&module(&with("(param i32 i32) (result i64)"))).unwrap();
-        info.check_abi().unwrap();
-        assert_eq!(
-            info.request_formats(),
-            [RequestFormat::Json, RequestFormat::Binary1]
-        );
-        let err = inspect(&module(&with("(param i32 i32) (result i32)")))
-            .unwrap()
-            .check_abi()
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            LoadError::ExportType {
-                name: "nicpolicy_evaluate_binary1",
-                found: "func (i32, i32) -> i32".into(),
-                expected: "func (i32, i32) -> i64",
-            }
-            .to_string()
-        );
+                    ),
+                )
+            };
+            let info = inspect(&module(&with("(param i32 i32) (result i64)"))).unwrap();
+            info.check_abi().unwrap();
+            assert_eq!(info.request_formats(), [RequestFormat::Json, format]);
+            let err = inspect(&module(&with("(param i32 i32) (result i32)")))
+                .unwrap()
+                .check_abi()
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                LoadError::ExportType {
+                    name,
+                    found: "func (i32, i32) -> i32".into(),
+                    expected: "func (i32, i32) -> i64",
+                }
+                .to_string()
+            );
+        }
     }
 
     #[test]

@@ -123,6 +123,8 @@ struct Exports {
     validate_settings: ModuleExport,
     /// `nicpolicy_evaluate_binary1`, when the module has it.
     evaluate_binary1: Option<ModuleExport>,
+    /// `nicpolicy_evaluate_binary2`, when the module has it.
+    evaluate_binary2: Option<ModuleExport>,
 }
 
 /// How the host sends a request to [`Policy::evaluate`] (`docs/abi.md`).
@@ -131,16 +133,35 @@ pub enum RequestFormat {
     /// JSON to `nicpolicy_evaluate`: every ABI v1 module takes it.
     Json,
     /// The binary request format, version 1 ([`nicpolicy_plugin::binary`]), to
-    /// `nicpolicy_evaluate_binary1`: faster to read for the policy; modules built with the SDK
-    /// have it. The decision comes back as JSON either way.
+    /// `nicpolicy_evaluate_binary1`: faster to read for the policy; the decision comes back as
+    /// JSON.
     Binary1,
+    /// Binary both ways, to `nicpolicy_evaluate_binary2`: the request as in version 1, the
+    /// decision in the binary decision format ([`nicpolicy_plugin::binary::decision`]), which
+    /// the host checks as it checks JSON. Modules built with the SDK have it.
+    Binary2,
 }
+
+impl RequestFormat {
+    /// The export a module needs to take this format.
+    pub fn export(self) -> &'static str {
+        match self {
+            RequestFormat::Json => abi::EXPORT_EVALUATE,
+            RequestFormat::Binary1 => abi::EXPORT_EVALUATE_BINARY1,
+            RequestFormat::Binary2 => abi::EXPORT_EVALUATE_BINARY2,
+        }
+    }
+}
+
+/// Reads what an evaluation export returned: [`decode_decision`] or [`decode_binary_decision`].
+type DecodeOutput = fn(&[u8]) -> Result<Decision, EvalError>;
 
 impl std::fmt::Display for RequestFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             RequestFormat::Json => "JSON",
             RequestFormat::Binary1 => "binary v1",
+            RequestFormat::Binary2 => "binary v2",
         })
     }
 }
@@ -217,11 +238,13 @@ impl Policy {
             validate_settings: export(abi::EXPORT_VALIDATE_SETTINGS)?,
             // Its type was checked with the others (ModuleInfo::check_abi).
             evaluate_binary1: module.get_export_index(abi::EXPORT_EVALUATE_BINARY1),
+            evaluate_binary2: module.get_export_index(abi::EXPORT_EVALUATE_BINARY2),
         };
-        let request_format = if exports.evaluate_binary1.is_some() {
-            RequestFormat::Binary1
-        } else {
-            RequestFormat::Json
+        // The fastest format the module takes.
+        let request_format = match (exports.evaluate_binary2, exports.evaluate_binary1) {
+            (Some(_), _) => RequestFormat::Binary2,
+            (None, Some(_)) => RequestFormat::Binary1,
+            (None, None) => RequestFormat::Json,
         };
         let deadline_ticks = ticks(options.limits.timeout, config.epoch_tick);
 
@@ -282,9 +305,9 @@ impl Policy {
     /// # Errors
     /// [`LoadError::MissingExport`] when the module does not take `format`.
     pub fn with_request_format(&self, format: RequestFormat) -> Result<Policy, LoadError> {
-        if format == RequestFormat::Binary1 && self.exports.evaluate_binary1.is_none() {
+        if self.route(format).is_none() {
             return Err(LoadError::MissingExport {
-                name: abi::EXPORT_EVALUATE_BINARY1,
+                name: format.export(),
                 expected: "func (i32, i32) -> i64",
             });
         }
@@ -294,8 +317,21 @@ impl Policy {
         })
     }
 
-    /// How [`Policy::evaluate`] sends requests: the binary format when the module takes it,
-    /// JSON otherwise.
+    /// The export that takes `format` and the reader of what it returns; `None` when the
+    /// module does not have the export.
+    fn route(&self, format: RequestFormat) -> Option<(&ModuleExport, DecodeOutput)> {
+        let exports = &self.exports;
+        match format {
+            RequestFormat::Json => Some((&exports.evaluate, decode_decision)),
+            RequestFormat::Binary1 => Some((exports.evaluate_binary1.as_ref()?, decode_decision)),
+            RequestFormat::Binary2 => {
+                Some((exports.evaluate_binary2.as_ref()?, decode_binary_decision))
+            }
+        }
+    }
+
+    /// How [`Policy::evaluate`] sends requests: the newest binary format the module takes,
+    /// JSON when it takes none.
     pub fn request_format(&self) -> RequestFormat {
         self.request_format
     }
@@ -352,21 +388,26 @@ impl Policy {
         budget: Option<&Budget>,
     ) -> Result<Evaluation, EvalError> {
         let request = request.with_settings(&self.settings);
-        let encoded = match (self.request_format, &self.exports.evaluate_binary1) {
-            (RequestFormat::Binary1, Some(export)) => {
+        // `request_format` always has its export (`with_request_format` checks).
+        let (format, (export, decode)) = match self.route(self.request_format) {
+            Some(route) => (self.request_format, route),
+            None => (
+                RequestFormat::Json,
+                (&self.exports.evaluate, decode_decision as DecodeOutput),
+            ),
+        };
+        let input = match format {
+            RequestFormat::Json => encode_request(request).map_err(|err| err.to_string()),
+            RequestFormat::Binary1 | RequestFormat::Binary2 => {
                 let mut input = Vec::with_capacity(1024);
                 binary::encode(request, &mut input)
-                    .map(|()| (export, input))
+                    .map(|()| input)
                     .map_err(|err| err.to_string())
             }
-            _ => encode_request(request)
-                .map(|input| (&self.exports.evaluate, input))
-                .map_err(|err| err.to_string()),
-        };
-        let (export, input) = encoded
-            .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
+        }
+        .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
         stages::mark(Stage::RequestEncode);
-        self.evaluate_export(export, &input, budget)
+        self.evaluate_export(export, &input, budget, decode)
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.
@@ -374,18 +415,23 @@ impl Policy {
     /// # Errors
     /// As for [`Policy::evaluate`].
     pub fn evaluate_json(&self, input: &[u8]) -> Result<Evaluation, EvalError> {
-        self.evaluate_export(&self.exports.evaluate, input, None)
+        self.evaluate_export(&self.exports.evaluate, input, None, decode_decision)
     }
 
     /// Evaluates a request given in the binary format, exactly as the bytes are sent to the
     /// policy (they need not be a valid request: the policy answers what it cannot read with
-    /// an error). `None` when the module does not take the binary format.
+    /// an error), through the export of [`Policy::request_format`] (`nicpolicy_evaluate_binary1`
+    /// when that is JSON). `None` when the module does not take the binary format.
     ///
     /// # Errors
     /// As for [`Policy::evaluate`].
     pub fn evaluate_binary(&self, input: &[u8]) -> Option<Result<Evaluation, EvalError>> {
-        let export = self.exports.evaluate_binary1.as_ref()?;
-        Some(self.evaluate_export(export, input, None))
+        let format = match self.request_format {
+            RequestFormat::Json => RequestFormat::Binary1,
+            binary => binary,
+        };
+        let (export, decode) = self.route(format)?;
+        Some(self.evaluate_export(export, input, None, decode))
     }
 
     fn evaluate_export(
@@ -393,9 +439,10 @@ impl Policy {
         export: &ModuleExport,
         input: &[u8],
         budget: Option<&Budget>,
+        decode: DecodeOutput,
     ) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
-        let (decision, logs) = self.call(export, input, budget, decode_decision)?;
+        let (decision, logs) = self.call(export, input, budget, decode)?;
         Ok(Evaluation {
             decision,
             logs,
@@ -725,6 +772,21 @@ pub fn decode_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
     };
     check_decision(&decision).map_err(EvalError::BadOutput)?;
     Ok(decision)
+}
+
+/// Reads a decision (or the policy's error) in the binary decision format and checks that it
+/// is coherent, as [`decode_decision`] does for JSON.
+pub fn decode_binary_decision(bytes: &[u8]) -> Result<Decision, EvalError> {
+    match binary::decode_output(bytes) {
+        Ok(EvaluateOutput::Decision(decision)) => {
+            check_decision(&decision).map_err(EvalError::BadOutput)?;
+            Ok(decision)
+        }
+        Ok(EvaluateOutput::Error { error }) => Err(EvalError::Policy(error)),
+        Err(err) => Err(EvalError::BadOutput(format!(
+            "output is not a binary decision: {err}"
+        ))),
+    }
 }
 
 /// Why an output is not a decision: not UTF-8, the policy's error envelope, the field at fault,

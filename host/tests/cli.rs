@@ -248,7 +248,10 @@ fn inspect_shows_metadata_exports_and_digest() {
         "{text}"
     );
     assert!(text.contains("ABI v1 check: ok"), "{text}");
-    assert!(text.contains("Requests:     JSON, binary v1"), "{text}");
+    assert!(
+        text.contains("Requests:     JSON, binary v1, binary v2"),
+        "{text}"
+    );
 
     let wasi = wat::parse_str(
         r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#,

@@ -11,6 +11,7 @@
 //! | `nicpolicy_evaluate` | `(ptr: i32, len: i32) -> i64` | request JSON in, decision JSON out |
 //! | `nicpolicy_validate_settings` | `(ptr: i32, len: i32) -> i64` | settings JSON in, verdict out |
 //! | `nicpolicy_evaluate_binary1` (optional) | `(ptr: i32, len: i32) -> i64` | request in the [binary format](crate::binary), decision JSON out |
+//! | `nicpolicy_evaluate_binary2` (optional) | `(ptr: i32, len: i32) -> i64` | request in the binary format, decision in the [binary decision format](crate::binary::decision) |
 //!
 //! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
 //! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
@@ -29,6 +30,11 @@ pub const EXPORT_EVALUATE: &str = "nicpolicy_evaluate";
 /// Optional export evaluating a request given in the [binary format](crate::binary), version 1;
 /// same result as [`EXPORT_EVALUATE`]. Modules built with [`export_policy!`] have it.
 pub const EXPORT_EVALUATE_BINARY1: &str = "nicpolicy_evaluate_binary1";
+/// Optional export evaluating a request given in the [binary format](crate::binary), version 1,
+/// and answering in the [binary decision format](crate::binary::decision), version 1: binary
+/// both ways, the same decision as [`EXPORT_EVALUATE`]. Modules built with [`export_policy!`]
+/// have it.
+pub const EXPORT_EVALUATE_BINARY2: &str = "nicpolicy_evaluate_binary2";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
 /// Export holding the linear memory.
@@ -362,6 +368,12 @@ macro_rules! export_policy {
             pub extern "C" fn nicpolicy_evaluate_binary1(ptr: u32, len: u32) -> u64 {
                 // SAFETY: as above.
                 unsafe { $crate::guest::evaluate_binary(ptr, len, $evaluate) }
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_evaluate_binary2(ptr: u32, len: u32) -> u64 {
+                // SAFETY: as above.
+                unsafe { $crate::guest::evaluate_binary2(ptr, len, $evaluate) }
             }
 
             #[no_mangle]

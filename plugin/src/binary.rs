@@ -11,11 +11,16 @@
 //! types it holds) needs a new version of the format: the encoder takes every struct apart by
 //! name, which makes the compiler point at the places to change.
 //!
+//! The decision can come back in the same kind of layout: see [`decision`] (the optional
+//! export [`EXPORT_EVALUATE_BINARY2`](crate::abi::EXPORT_EVALUATE_BINARY2), binary both ways).
+//!
 //! - integers are little-endian; a *length* or *count* is a `u32`;
 //! - a *string* is its length in bytes, then that many bytes of UTF-8;
 //! - an *optional* value is a byte `0` (absent) or `1` followed by the value;
 //! - a *list* is its count, then its items; a *map* is its count, then key and value strings
 //!   in ascending key order.
+
+pub mod decision;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +32,8 @@ use crate::schema::{
     RequestRef, Role, Zone,
 };
 
+pub use decision::{decode_output, encode_output, DECISION_MAGIC};
+
 /// The first four bytes of a request in this format: `NPB` and the format's version.
 pub const MAGIC: [u8; 4] = *b"NPB\x01";
 
@@ -37,7 +44,7 @@ const CLUSTER_UNKNOWN: u8 = 1 << 2;
 const BASELINE: u8 = 1 << 3;
 const KNOWN_FLAGS: u8 = HAS_OLD_MACHINE | HAS_INVENTORY | CLUSTER_UNKNOWN | BASELINE;
 
-/// Why bytes are not a request in this format, and where.
+/// Why bytes are not a request (or an [output](decision)) in this format, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FormatError {
     /// Offset of the byte where reading stopped.
@@ -48,11 +55,13 @@ pub struct FormatError {
     pub problem: Problem,
 }
 
-/// What is wrong with a request in the binary format.
+/// What is wrong with a request or an output in the binary formats.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
     /// The input does not start with [`MAGIC`].
     NotBinaryRequest,
+    /// The output does not start with [`DECISION_MAGIC`].
+    NotBinaryDecision,
     /// The input ends before the field does.
     Truncated,
     /// A string is not UTF-8.
@@ -65,7 +74,7 @@ pub enum Problem {
     KeysOutOfOrder,
     /// The settings are not JSON.
     Settings(String),
-    /// Bytes follow the request.
+    /// Bytes follow the request or the output.
     TrailingBytes(usize),
     /// (Encoding only) a string or list is longer than a `u32` can count.
     TooLong(usize),
@@ -79,6 +88,10 @@ impl fmt::Display for FormatError {
                 f,
                 "not a binary request (it must start with NPB and version byte 1)"
             ),
+            Problem::NotBinaryDecision => write!(
+                f,
+                "not a binary decision (it must start with NPD and version byte 1)"
+            ),
             Problem::Truncated => write!(f, "the input ends inside the field"),
             Problem::NotUtf8 => write!(f, "the string is not UTF-8"),
             Problem::BadTag(tag) => write!(f, "tag byte {tag} is not defined here"),
@@ -88,7 +101,7 @@ impl fmt::Display for FormatError {
             ),
             Problem::KeysOutOfOrder => write!(f, "map keys are not in ascending order"),
             Problem::Settings(err) => write!(f, "the settings are not JSON: {err}"),
-            Problem::TrailingBytes(n) => write!(f, "{n} bytes follow the request"),
+            Problem::TrailingBytes(n) => write!(f, "{n} bytes follow the end"),
             Problem::TooLong(n) => write!(f, "{n} items or bytes do not fit a 32-bit length"),
         }
     }
@@ -326,20 +339,9 @@ impl Writer<'_> {
 /// magic, a truncated field, a string that is not UTF-8, an undefined tag, a count larger than
 /// the input, map keys out of order, settings that are not JSON, or bytes after the end.
 pub fn decode(bytes: &[u8]) -> Result<Request, FormatError> {
-    let mut reader = Reader {
-        bytes,
-        at: 0,
-        error: None,
-    };
-    match reader.request() {
-        Ok(request) => Ok(request),
-        // Every `Stop` records its error first; the fallback is never used.
-        Err(Stop) => Err(reader.error.unwrap_or(FormatError {
-            at: 0,
-            field: "Request",
-            problem: Problem::Truncated,
-        })),
-    }
+    let mut reader = Reader::new(bytes);
+    let request = reader.request();
+    reader.finish(request, "Request")
 }
 
 /// Reading stopped; the reason is in [`Reader::error`]. Small, so that the `Result` of every
@@ -354,6 +356,35 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader {
+            bytes,
+            at: 0,
+            error: None,
+        }
+    }
+
+    /// What reading gave: the value, or the error recorded where it stopped.
+    fn finish<T>(self, read: Result<T, Stop>, what: &'static str) -> Result<T, FormatError> {
+        // Every `Stop` records its error first; the fallback is never used.
+        read.map_err(|Stop| {
+            self.error.unwrap_or(FormatError {
+                at: 0,
+                field: what,
+                problem: Problem::Truncated,
+            })
+        })
+    }
+
+    /// Refuses bytes after the end of `what`.
+    fn end(&mut self, what: &'static str) -> Result<(), Stop> {
+        let left = self.bytes.len() - self.at;
+        if left > 0 {
+            return Err(self.error_at(self.at, what, Problem::TrailingBytes(left)));
+        }
+        Ok(())
+    }
+
     fn request(&mut self) -> Result<Request, Stop> {
         let r = self;
         if r.take(4, "Request.magic")? != MAGIC {
@@ -397,10 +428,7 @@ impl<'a> Reader<'a> {
                 }
             },
         };
-        let left = r.bytes.len() - r.at;
-        if left > 0 {
-            return Err(r.error_at(r.at, "Request", Problem::TrailingBytes(left)));
-        }
+        r.end("Request")?;
         Ok(Request {
             operation,
             kind,
@@ -765,7 +793,7 @@ mod tests {
         assert_eq!(
             decode(&bytes).unwrap_err().to_string(),
             format!(
-                "at byte {}, reading Request: 1 bytes follow the request",
+                "at byte {}, reading Request: 1 bytes follow the end",
                 bytes.len() - 1
             )
         );

@@ -71,20 +71,39 @@ fn stage_mark(_line: &'static str) {
 pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
     let request = serde_json::from_slice::<Request>(input)
         .map_err(|err| format!("policy could not read the request: {err}"));
-    decide(request, policy)
+    to_json(&decide(request, policy))
 }
 
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
 /// decision (or error envelope) as JSON, like [`evaluate_json`].
 pub fn evaluate_binary_request(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    let request = crate::binary::decode(input)
-        .map_err(|err| format!("policy could not read the binary request: {err}"));
-    decide(request, policy)
+    to_json(&decide(binary_request(input), policy))
+}
+
+/// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
+/// decision (or the error) in the [binary decision format](crate::binary::decision).
+pub fn evaluate_binary_both(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    let output = decide(binary_request(input), policy);
+    let mut out = Vec::with_capacity(OUTPUT_CAPACITY);
+    // Only a string over 4 GiB could fail, which no instance holds; answer an error anyway.
+    if crate::binary::encode_output(&output, &mut out).is_err() {
+        out.clear();
+        let error = EvaluateOutput::Error {
+            error: "policy could not encode its decision".into(),
+        };
+        let _ = crate::binary::encode_output(&error, &mut out);
+    }
+    out
+}
+
+fn binary_request(input: &[u8]) -> Result<Request, String> {
+    crate::binary::decode(input)
+        .map_err(|err| format!("policy could not read the binary request: {err}"))
 }
 
 /// The decision on a decoded request, or the error envelope for one that could not be read.
-fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) -> Vec<u8> {
-    let output = match request {
+fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) -> EvaluateOutput {
+    match request {
         Ok(request) => {
             stage_mark(STAGE_DECODED);
             let decision = policy(&request);
@@ -92,8 +111,7 @@ fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) ->
             EvaluateOutput::Decision(decision)
         }
         Err(error) => EvaluateOutput::Error { error },
-    };
-    to_json(&output)
+    }
 }
 
 /// Runs `check` on settings given as JSON and returns the verdict as JSON.
@@ -131,6 +149,14 @@ pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> 
 /// As for [`input`].
 pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_binary_request(input(ptr, len), policy))
+}
+
+/// Runs `policy` on the binary request at `ptr`/`len` and returns the packed binary decision.
+///
+/// # Safety
+/// As for [`input`].
+pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
+    emit(evaluate_binary_both(input(ptr, len), policy))
 }
 
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.

@@ -568,6 +568,17 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order of the list above.
+    pub const ALL: [Reason; 7] = [
+        Reason::Required,
+        Reason::Invalid,
+        Reason::Duplicate,
+        Reason::NotFound,
+        Reason::TooMany,
+        Reason::Forbidden,
+        Reason::NotSupported,
+    ];
+
     /// The reason's name as it is serialised (`NotFound`), for metric labels and reports.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -639,16 +650,7 @@ mod tests {
 
     #[test]
     fn a_reasons_name_is_its_serialised_form() {
-        let all = [
-            Reason::Required,
-            Reason::Invalid,
-            Reason::Duplicate,
-            Reason::NotFound,
-            Reason::TooMany,
-            Reason::Forbidden,
-            Reason::NotSupported,
-        ];
-        for reason in all {
+        for reason in Reason::ALL {
             let json = serde_json::to_value(reason).expect("serialises");
             assert_eq!(json, reason.as_str(), "{reason:?}");
         }

@@ -9,7 +9,14 @@
 //! plugin's `stage-marks` feature: `tests/benches/review_stages.sh` builds it and passes it as
 //! `NICPOLICY_BENCH_STAGE_WASM=FILE`; without it, the guest call is one stage.
 //!
-//! `cargo bench -p nicpolicy-tests --bench review_stages [-- --rounds N --batch N]`
+//! With `--evict KB`, the review path also runs each reviewer *cold*, interleaved with the warm
+//! runs: every cold review starts after reading a buffer of that many kilobytes (outside the
+//! timed part), so that it finds the CPU's caches as a review over HTTPS does (TLS, HTTP and the
+//! async runtime run between two reviews of a server and take the caches over). A second table
+//! shows the cold runs. Without it the loop answers review after review with its code and data
+//! warm.
+//!
+//! `cargo bench -p nicpolicy-tests --bench review_stages [-- --rounds N --batch N --evict KB]`
 
 mod common;
 
@@ -89,8 +96,32 @@ fn table(title: &str, labels: &[String], medians: &[Vec<f64>]) {
     );
 }
 
+/// Reads every cache line of a buffer, to push the last review's code and data out of the
+/// CPU's caches before the next.
+struct Evictor {
+    buffer: Vec<u8>,
+}
+
+impl Evictor {
+    fn new(kilobytes: usize) -> Self {
+        Evictor {
+            // Written once, so every page is backed and reading it touches memory.
+            buffer: vec![1; kilobytes * 1024],
+        }
+    }
+
+    fn evict(&self) {
+        let sum = self
+            .buffer
+            .iter()
+            .step_by(64)
+            .fold(0u8, |sum, byte| sum.wrapping_add(*byte));
+        black_box(sum);
+    }
+}
+
 /// The review path: every reviewer answers the mix, `batch` reviews per round.
-fn review_path(rounds: usize, batch: usize, marked: Option<&str>) {
+fn review_path(rounds: usize, batch: usize, evict_kb: usize, marked: Option<&str>) {
     let reviews = review::reviews();
     let mut reviewers: Vec<(String, Arc<Reviewer>)> = vec![
         (
@@ -113,10 +144,21 @@ fn review_path(rounds: usize, batch: usize, marked: Option<&str>) {
     }
     review::same_answers(&reviewers, &reviews);
     let per_round = batch.div_ceil(reviews.len()).max(1);
-    // Per reviewer, per review of the mix.
-    let mut samples: Vec<Vec<Vec<Spent>>> = vec![vec![Vec::new(); reviews.len()]; reviewers.len()];
+    let evictor = Evictor::new(evict_kb);
+    // Each reviewer warm, then (with --evict) the native and the built-in Wasm one cold.
+    let mut runs: Vec<(String, &Reviewer, bool)> = reviewers
+        .iter()
+        .map(|(label, reviewer)| (label.clone(), reviewer.as_ref(), false))
+        .collect();
+    if evict_kb > 0 {
+        for (label, reviewer) in [&reviewers[0], &reviewers[reviewers.len() - 1]] {
+            runs.push((format!("{label}, cold"), reviewer.as_ref(), true));
+        }
+    }
+    // Per run, per review of the mix.
+    let mut samples: Vec<Vec<Vec<Spent>>> = vec![vec![Vec::new(); reviews.len()]; runs.len()];
     for _ in 0..rounds {
-        for ((_, reviewer), samples) in reviewers.iter().zip(&mut samples) {
+        for ((_, reviewer, cold), samples) in runs.iter().zip(&mut samples) {
             for _ in 0..per_round {
                 for (review, samples) in reviews.iter().zip(samples.iter_mut()) {
                     let Review {
@@ -125,6 +167,9 @@ fn review_path(rounds: usize, batch: usize, marked: Option<&str>) {
                         body,
                         ..
                     } = review;
+                    if *cold {
+                        evictor.evict();
+                    }
                     let (answer, one) =
                         stages::record(|| reviewer.review(*endpoint, *kind, black_box(body)));
                     black_box(answer);
@@ -143,16 +188,27 @@ fn review_path(rounds: usize, batch: usize, marked: Option<&str>) {
                 .collect()
         })
         .collect();
-    let labels: Vec<String> = reviewers.iter().map(|(l, _)| l.clone()).collect();
+    let labels: Vec<String> = runs.iter().map(|(l, _, _)| l.clone()).collect();
+    let warm = reviewers.len();
     table(
         &format!(
             "review path in process, per review of the load generator's mix: medians over {rounds} \
              interleaved rounds of {} reviews",
             per_round * reviews.len()
         ),
-        &labels,
-        &medians,
+        &labels[..warm],
+        &medians[..warm],
     );
+    if evict_kb > 0 {
+        table(
+            &format!(
+                "the same run, cold: {evict_kb} KB read before each review (interleaved with the \
+                 warm runs above)"
+            ),
+            &labels[warm..],
+            &medians[warm..],
+        );
+    }
 }
 
 /// The native round trip of the `evaluate` benchmark, marked like the Wasm path: the host's
@@ -208,10 +264,13 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
         })
     };
     let builtin = load(nicpolicy::builtin::CAPVCD_WASM);
-    let json = builtin
-        .with_request_format(RequestFormat::Json)
-        .expect("JSON always");
-    assert_eq!(builtin.request_format(), RequestFormat::Binary1);
+    let format = |format| {
+        builtin
+            .with_request_format(format)
+            .expect("the SDK's module takes every format")
+    };
+    let (json, binary1) = (format(RequestFormat::Json), format(RequestFormat::Binary1));
+    assert_eq!(builtin.request_format(), RequestFormat::Binary2);
     let mut variants: Vec<(String, Evaluator)> = vec![
         ("native round trip".to_string(), Box::new(native_round_trip)),
         (
@@ -219,6 +278,7 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
             Box::new(native_round_trip_binary),
         ),
         ("Wasm, JSON request".to_string(), wasm(json)),
+        ("Wasm, binary v1".to_string(), wasm(binary1)),
         ("Wasm".to_string(), wasm(builtin)),
     ];
     if let Some(bytes) = marked {
@@ -248,11 +308,16 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
         }
         let medians: Vec<Vec<f64>> = samples.iter().map(|s| medians(s)).collect();
         let total = |m: &Vec<f64>| m[m.len() - 1];
+        let of = |label: &str| {
+            let at = labels.iter().position(|l| l == label).expect("a variant");
+            total(&medians[at])
+        };
         ratios.push((
             name.clone(),
-            total(&medians[0]),
-            total(&medians[medians.len() - 2]),
-            total(&medians[medians.len() - 1]),
+            of("native round trip"),
+            of("Wasm, JSON request"),
+            of("Wasm, binary v1"),
+            of("Wasm"),
         ));
         table(
             &format!(
@@ -263,16 +328,18 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
         );
     }
     println!(
-        "\n| machine | native round trip | Wasm, JSON request | Wasm | Wasm, JSON / native round trip | Wasm / native round trip |"
+        "\n| machine | native round trip | Wasm, JSON request | Wasm, binary v1 | Wasm (binary v2) | JSON / native round trip | binary v1 / native round trip | Wasm / native round trip |"
     );
-    println!("|---|---|---|---|---|---|");
-    for (name, native, json, wasm) in ratios {
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, native, json, binary1, wasm) in ratios {
         println!(
-            "| {name} | {} | {} | {} | {:.2} | {:.2} |",
+            "| {name} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             common::show_ns(native),
             common::show_ns(json),
+            common::show_ns(binary1),
             common::show_ns(wasm),
             json / native,
+            binary1 / native,
             wasm / native
         );
     }
@@ -282,6 +349,7 @@ fn main() {
     let benching = common::benching();
     let rounds = common::arg("--rounds", if benching { 30 } else { 1 });
     let batch = common::arg("--batch", if benching { 200 } else { 4 });
+    let evict_kb = common::arg("--evict", 0);
     // Absolute: the reviewer's configuration file names it from another directory.
     let marked = std::env::var("NICPOLICY_BENCH_STAGE_WASM")
         .ok()
@@ -295,6 +363,6 @@ fn main() {
         std::fs::read(file)
             .unwrap_or_else(|err| panic!("NICPOLICY_BENCH_STAGE_WASM: {file}: {err}"))
     });
-    review_path(rounds, batch, marked.as_deref());
+    review_path(rounds, batch, evict_kb, marked.as_deref());
     evaluations(rounds, batch, marked_bytes.as_deref());
 }

@@ -2,7 +2,7 @@
 # Builds the CAPVCD policy with the plugin's `stage-marks` feature (the guest logs a mark after
 # decoding the request and after its rules), then runs the `review_stages` benchmark with it
 # beside the built-in policy, so the guest's decode, rules and encode are timed apart. Arguments
-# go to the benchmark (--rounds N --batch N).
+# go to the benchmark (--rounds N --batch N --evict KB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

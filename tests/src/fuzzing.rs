@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use nicpolicy::manifest::{build_request, ManifestFile};
-use nicpolicy::policy::{check_decision, decode_decision};
+use nicpolicy::policy::{check_decision, decode_binary_decision, decode_decision};
 use nicpolicy::EvalError;
 use nicpolicy_plugin::{Decision, Request};
 
@@ -113,6 +113,61 @@ pub fn guest_output(data: &[u8]) {
         }
         Err(EvalError::Policy(_)) => {}
         Err(other) => panic!("decode_decision failed with {} ({other})", other.kind()),
+    }
+}
+
+/// Guest output in the binary decision format, as the host reads it from
+/// `nicpolicy_evaluate_binary2`: [`decode_binary_decision`] on arbitrary bytes. It either
+/// returns a decision that follows the decision rules, or fails with `BadOutput` or `Policy`;
+/// what it reads is exactly the input (it encodes back to the same bytes: nothing is read
+/// loosely), and the same decision read from JSON is the same.
+pub fn binary_decision(data: &[u8]) {
+    use nicpolicy_plugin::binary;
+    use nicpolicy_plugin::schema::EvaluateOutput;
+
+    let encoded = |output: &EvaluateOutput| {
+        let mut bytes = Vec::new();
+        binary::encode_output(output, &mut bytes).expect("an output encodes");
+        bytes
+    };
+    match decode_binary_decision(data) {
+        Ok(decision) => {
+            check_decision(&decision).expect("a decoded decision follows the decision rules");
+            let output = EvaluateOutput::Decision(decision.clone());
+            assert_eq!(
+                encoded(&output),
+                data,
+                "the decision encodes back to its bytes"
+            );
+            let json = serde_json::to_vec(&decision).expect("a decision encodes as JSON");
+            let from_json = decode_decision(&json).expect("the same decision from JSON");
+            assert_eq!(
+                from_json, decision,
+                "JSON and binary carry the same decision"
+            );
+        }
+        Err(EvalError::BadOutput(message)) => {
+            assert!(!message.is_empty(), "BadOutput without a message");
+            if let Err(err) = binary::decode_output(data) {
+                assert!(
+                    err.at <= data.len(),
+                    "{err} lies outside {} bytes",
+                    data.len()
+                );
+            }
+        }
+        Err(EvalError::Policy(error)) => {
+            let output = EvaluateOutput::Error { error };
+            assert_eq!(
+                encoded(&output),
+                data,
+                "the error encodes back to its bytes"
+            );
+        }
+        Err(other) => panic!(
+            "decode_binary_decision failed with {} ({other})",
+            other.kind()
+        ),
     }
 }
 

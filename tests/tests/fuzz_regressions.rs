@@ -64,3 +64,24 @@ fn binary_request_inputs_decode_alike_in_wasm_and_natively() {
         }
     }
 }
+
+#[test]
+fn binary_decision_inputs_decode_or_are_refused() {
+    let files = inputs("binary_decision");
+    assert!(files.len() >= 5, "seeds present: {files:?}");
+    for path in files {
+        let bytes = std::fs::read(&path).expect("input");
+        fuzzing::binary_decision(&bytes);
+        // Every cut and every flipped byte: decoded exactly, or refused with its byte and field.
+        for end in 0..bytes.len() {
+            fuzzing::binary_decision(&bytes[..end]);
+        }
+        for at in 0..bytes.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut flipped = bytes.clone();
+                flipped[at] ^= flip;
+                fuzzing::binary_decision(&flipped);
+            }
+        }
+    }
+}

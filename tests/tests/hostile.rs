@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use nicpolicy::{builtin, EvalError, Host, HostConfig, LoadError, Policy, PolicyOptions};
 use nicpolicy_plugin::abi::pack;
-use nicpolicy_plugin::{testing, Request};
+use nicpolicy_plugin::binary;
+use nicpolicy_plugin::schema::{EvaluateOutput, Reason, Violation};
+use nicpolicy_plugin::{testing, Decision, Request};
 use nicpolicy_tests::{host, tight_options, Module};
 
 fn test_host() -> Host {
@@ -491,23 +493,118 @@ fn missing_export_is_refused() {
 }
 
 #[test]
-fn binary_request_export_of_another_type_is_refused() {
+fn binary_exports_of_another_type_are_refused() {
     let host = test_host();
-    let mut module = Module::allowing();
-    module.extra = r#"(func (export "nicpolicy_evaluate_binary1") (param i32) (result i64)
+    for name in ["nicpolicy_evaluate_binary1", "nicpolicy_evaluate_binary2"] {
+        let mut module = Module::allowing();
+        module.extra = format!(
+            r#"(func (export "{name}") (param i32) (result i64)
     i64.const 0)"#
-        .to_string();
-    let err = load_error(&host, &module);
+        );
+        let err = load_error(&host, &module);
+        assert!(
+            matches!(err, LoadError::ExportType { name: found, .. } if found == name),
+            "{err}"
+        );
+    }
+    assert_host_healthy(&host);
+}
+
+/// A module that exports `nicpolicy_evaluate_binary2` answering `output` whatever it is asked
+/// (and allows everything through JSON).
+fn answering_binary(output: &[u8]) -> Module {
+    // Past the text data of [`Module`], below the heap its `nicpolicy_alloc` hands out.
+    const AT: u32 = 0x8000;
+    let bytes: String = output.iter().map(|b| format!("\\{b:02x}")).collect();
+    let mut module = Module::allowing();
+    module.extra = format!(
+        r#"(data (i32.const {AT}) "{bytes}")
+  (func (export "nicpolicy_evaluate_binary2") (param i32 i32) (result i64)
+    i64.const {})"#,
+        pack(AT, output.len() as u32)
+    );
+    module
+}
+
+fn binary_output(output: &EvaluateOutput) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    binary::encode_output(output, &mut bytes).expect("encodes");
+    bytes
+}
+
+#[test]
+fn binary_decisions_are_held_to_the_rules_of_json_ones() {
+    let host = test_host();
+    let load = |output: &[u8]| {
+        let policy = host
+            .load(&answering_binary(output).wasm(), tight_options())
+            .expect("loads");
+        assert_eq!(policy.request_format(), nicpolicy::RequestFormat::Binary2);
+        policy
+    };
+
+    // Well formed and coherent: taken as it is.
+    let plan = nicpolicy_plugin::capvcd::evaluate(&request());
+    assert_eq!(plan.nics.len(), 3);
+    let policy = load(&binary_output(&EvaluateOutput::Decision(plan.clone())));
+    assert_eq!(policy.evaluate(&request()).expect("decides").decision, plan);
+
+    // Coherence rules: allowed with a violation.
+    let mut incoherent = Decision::from_violations(vec![Violation::new(
+        "spec.extraOvdcNetworks[0]",
+        Reason::NotFound,
+        "no such network",
+    )]);
+    incoherent.allowed = true;
+    let err = load(&binary_output(&EvaluateOutput::Decision(incoherent)))
+        .evaluate(&request())
+        .expect_err("refused");
     assert!(
-        matches!(
-            err,
-            LoadError::ExportType {
-                name: "nicpolicy_evaluate_binary1",
-                ..
-            }
-        ),
+        matches!(&err, EvalError::BadOutput(m) if m == "decision allows the machine but lists violations"),
         "{err}"
     );
+
+    // The policy's own error is a policy failure, not a bad output.
+    let failing = EvaluateOutput::Error {
+        error: "inventory service unreachable".into(),
+    };
+    let err = load(&binary_output(&failing))
+        .evaluate(&request())
+        .expect_err("fails");
+    assert!(
+        matches!(&err, EvalError::Policy(m) if m == "inventory service unreachable"),
+        "{err}"
+    );
+
+    // Garbage, JSON, a forged count and a cut decision: each named by byte and field.
+    let mut forged = binary_output(&EvaluateOutput::Decision(plan.clone()));
+    forged[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+    let whole = binary_output(&EvaluateOutput::Decision(plan));
+    let cut = &whole[..whole.len() - 3];
+    for (output, expected) in [
+        (
+            &b"\x00\xffgarbage"[..],
+            "at byte 0, reading Output.magic: not a binary decision",
+        ),
+        (
+            br#"{"allowed":true}"#,
+            "at byte 0, reading Output.magic: not a binary decision",
+        ),
+        (
+            &forged,
+            "at byte 6, reading Decision.nics: a count of 4294967295 items",
+        ),
+        (
+            cut,
+            "reading Decision.warnings: the input ends inside the field",
+        ),
+    ] {
+        let err = load(output).evaluate(&request()).expect_err("refused");
+        assert!(
+            matches!(&err, EvalError::BadOutput(m) if m.starts_with("output is not a binary decision: ") && m.contains(expected)),
+            "{err}"
+        );
+    }
     assert_host_healthy(&host);
 }
 
@@ -538,6 +635,9 @@ fn binary_request_export_is_used_and_held_to_the_same_rules() {
         .to_string();
     let policy = host.load(&module.wasm(), tight_options()).expect("loads");
     assert_eq!(policy.request_format(), nicpolicy::RequestFormat::Binary1);
+    assert!(policy
+        .with_request_format(nicpolicy::RequestFormat::Binary2)
+        .is_err());
     let err = policy.evaluate(&request()).expect_err("traps");
     assert!(matches!(err, EvalError::Trap { .. }), "{err}");
     // Told to send JSON, the same module answers through nicpolicy_evaluate.

@@ -44,31 +44,41 @@ fn every_site_policy_passes_its_cases() {
 }
 
 #[test]
-fn every_built_in_policy_decides_alike_from_json_and_binary_requests() {
-    // The binary request format carries the same request: every case of every built-in
-    // policy gets the same decision through either entry point.
+fn every_built_in_policy_decides_alike_in_every_format() {
+    // The binary formats carry the same request and decision: every case of every built-in
+    // policy gets the same decision through each entry point.
     let host = host(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("site-cache"));
     let cases_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
     for policy in builtin::POLICIES {
-        let binary = host
+        let loaded = host
             .load(policy.wasm, PolicyOptions::default())
             .unwrap_or_else(|err| panic!("{}: {err}", policy.name));
         assert_eq!(
-            binary.request_format(),
-            RequestFormat::Binary1,
-            "{}: built with the SDK, so it takes the binary format",
+            loaded.request_format(),
+            RequestFormat::Binary2,
+            "{}: built with the SDK, so it takes the binary formats",
             policy.name
         );
-        let json = binary
-            .with_request_format(RequestFormat::Json)
-            .expect("JSON always");
         let dir = cases_root.join(policy.name);
-        let from_binary = decided_cases(&binary, &dir);
-        let from_json = decided_cases(&json, &dir);
-        assert!(from_binary.len() >= MIN_CASES, "{}", policy.name);
-        assert_eq!(from_binary.len(), from_json.len(), "{}", policy.name);
-        for (b, j) in from_binary.iter().zip(&from_json) {
-            assert_eq!(b.decision, j.decision, "{}", b.case.path.display());
+        let from_json = decided_cases(
+            &loaded
+                .with_request_format(RequestFormat::Json)
+                .expect("JSON always"),
+            &dir,
+        );
+        assert!(from_json.len() >= MIN_CASES, "{}", policy.name);
+        for format in [RequestFormat::Binary1, RequestFormat::Binary2] {
+            let policy_in = loaded.with_request_format(format).expect("SDK module");
+            let decided = decided_cases(&policy_in, &dir);
+            assert_eq!(decided.len(), from_json.len(), "{} {format}", policy.name);
+            for (b, j) in decided.iter().zip(&from_json) {
+                assert_eq!(
+                    b.decision,
+                    j.decision,
+                    "{format}: {}",
+                    b.case.path.display()
+                );
+            }
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// configured Wasm policies, to measure what Wasm adds under load.
     #[arg(long, hide = true)]
     bench_native_capvcd: bool,
+    /// Benchmarks only: time the stages of every review and show them at /bench/stages.
+    #[arg(long, hide = true)]
+    bench_stages: bool,
     #[command(flatten)]
     logging: LogArgs,
 }
@@ -151,6 +154,10 @@ async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
             "benchmark mode: deciding with native CAPVCD rules, not the configured policies"
         );
         app = app.with_native_evaluator(Arc::new(nicpolicy::plugin::capvcd::evaluate));
+    }
+    if args.bench_stages {
+        tracing::warn!("benchmark mode: timing the stages of every review (/bench/stages)");
+        app = app.with_stage_log();
     }
     let app = Arc::new(app);
     let tls = serving_certificate(&args, tls_files.as_ref(), &app)

@@ -44,6 +44,7 @@ pub mod patch;
 pub mod policies;
 pub mod review;
 pub mod server;
+pub mod stage_log;
 pub mod tls;
 mod warned;
 

@@ -26,7 +26,8 @@ use super::metrics::Metrics;
 use super::policies::{ServeLoadError, Served, ServedPolicies};
 use super::review::OnWorker;
 use super::review::{Endpoint, NativeEvaluator, Reviewer};
-use crate::Host;
+use super::stage_log::StageLog;
+use crate::{stages, Host};
 
 /// Everything the routes share.
 pub struct App {
@@ -37,6 +38,8 @@ pub struct App {
     max_body: usize,
     accepting: AtomicBool,
     host: Host,
+    /// Benchmarks only: the stage times of every review answered on a worker.
+    stage_log: Option<Arc<StageLog>>,
 }
 
 impl App {
@@ -65,6 +68,7 @@ impl App {
             max_body,
             accepting: AtomicBool::new(true),
             host,
+            stage_log: None,
         })
     }
 
@@ -77,6 +81,13 @@ impl App {
         )
         .with_native_evaluator(native);
         self.reviewer = Arc::new(reviewer);
+        self
+    }
+
+    /// For benchmarks only: time the stages of every review answered on an async worker and
+    /// show them at `/bench/stages` ([`StageLog`]); each read starts the next period.
+    pub fn with_stage_log(mut self) -> App {
+        self.stage_log = Some(Arc::new(StageLog::default()));
         self
     }
 
@@ -102,6 +113,16 @@ impl App {
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics));
+        if let Some(log) = &self.stage_log {
+            let log = log.clone();
+            router = router.route(
+                "/bench/stages",
+                get(move || async move {
+                    let json = log.take_summary().to_string();
+                    ([(header::CONTENT_TYPE, "application/json")], json)
+                }),
+            );
+        }
         for kind in ObjectKind::ALL {
             for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
                 router = router.route(
@@ -153,7 +174,18 @@ impl App {
             };
         // On this worker when the evaluation fits the inline budget (most do, in far less time
         // than a hand-off to a blocking thread costs); else on a blocking thread.
-        let answer = match self.reviewer.review_on_worker(endpoint, kind, &body) {
+        let on_worker = match &self.stage_log {
+            None => self.reviewer.review_on_worker(endpoint, kind, &body),
+            Some(log) => {
+                let (on_worker, spent) =
+                    stages::record(|| self.reviewer.review_on_worker(endpoint, kind, &body));
+                if matches!(on_worker, OnWorker::Answered(_)) {
+                    log.push(spent);
+                }
+                on_worker
+            }
+        };
+        let answer = match on_worker {
             OnWorker::Answered(answer) => Ok(answer),
             OnWorker::Deferred(deferred) => {
                 let reviewer = self.reviewer.clone();

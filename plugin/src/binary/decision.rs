@@ -1,0 +1,408 @@
+//! The binary decision format, version 1: what a policy answers through
+//! [`EXPORT_EVALUATE_BINARY2`](crate::abi::EXPORT_EVALUATE_BINARY2), a [`Decision`] or the
+//! policy's error, in the layout of the [request format](super) (little-endian `u32` lengths
+//! and counts, tag bytes, UTF-8 strings).
+//!
+//! The host reads this from a module it does not trust: [`decode_output`] is total (every
+//! count is checked against the bytes left before anything is reserved, every tag and string
+//! is checked), and the host applies the same rules to the decision as to one read from JSON.
+
+use super::{FormatError, Problem, Reader, Stop, Writer};
+use crate::schema::{
+    AdapterType, Decision, EvaluateOutput, IpAllocationMode, Nic, Reason, Violation,
+};
+
+/// The first four bytes of an output in this format: `NPD` and the format's version.
+pub const DECISION_MAGIC: [u8; 4] = *b"NPD\x01";
+
+/// The output's kind, after the magic.
+const IS_DECISION: u8 = 0;
+const IS_ERROR: u8 = 1;
+
+/// Flag bits of a decision's header byte.
+const ALLOWED: u8 = 1;
+const STRICT: u8 = 1 << 1;
+const HAS_EXTRA_OVDC_NETWORKS: u8 = 1 << 2;
+const KNOWN_FLAGS: u8 = ALLOWED | STRICT | HAS_EXTRA_OVDC_NETWORKS;
+
+/// Appends `output` to `out` in the binary decision format.
+///
+/// # Errors
+/// [`Problem::TooLong`] for a string or list over `u32::MAX` bytes or items.
+pub fn encode_output(output: &EvaluateOutput, out: &mut Vec<u8>) -> Result<(), FormatError> {
+    let mut w = Writer { out };
+    w.out.extend_from_slice(&DECISION_MAGIC);
+    match output {
+        EvaluateOutput::Error { error } => {
+            w.u8(IS_ERROR);
+            w.str(error, "Output.error")
+        }
+        EvaluateOutput::Decision(decision) => {
+            w.u8(IS_DECISION);
+            w.decision(decision)
+        }
+    }
+}
+
+impl Writer<'_> {
+    fn decision(&mut self, decision: &Decision) -> Result<(), FormatError> {
+        let Decision {
+            allowed,
+            nics,
+            extra_ovdc_networks,
+            vapp_networks,
+            violations,
+            warnings,
+            strict,
+        } = decision;
+        let mut flags = 0;
+        for (set, bit) in [
+            (*allowed, ALLOWED),
+            (*strict, STRICT),
+            (extra_ovdc_networks.is_some(), HAS_EXTRA_OVDC_NETWORKS),
+        ] {
+            if set {
+                flags |= bit;
+            }
+        }
+        self.u8(flags);
+        let count = self.len(nics.len(), "Decision.nics")?;
+        self.u32(count);
+        for nic in nics {
+            let Nic {
+                index,
+                network,
+                primary,
+                ip_allocation_mode,
+                ip_address,
+                adapter_type,
+                connected,
+            } = nic;
+            self.u32(*index);
+            self.str(network, "Nic.network")?;
+            self.u8(u8::from(*primary));
+            self.u8(match ip_allocation_mode {
+                IpAllocationMode::Pool => 0,
+                IpAllocationMode::Dhcp => 1,
+                IpAllocationMode::Manual => 2,
+                IpAllocationMode::None => 3,
+            });
+            self.opt_str(ip_address.as_deref(), "Nic.ipAddress")?;
+            self.u8(match adapter_type {
+                AdapterType::Vmxnet3 => 0,
+                AdapterType::E1000 => 1,
+                AdapterType::E1000e => 2,
+                AdapterType::SriovEthernetCard => 3,
+                AdapterType::Vmxnet2 => 4,
+                AdapterType::PcNet32 => 5,
+            });
+            self.u8(u8::from(*connected));
+        }
+        if let Some(networks) = extra_ovdc_networks {
+            self.strs(networks, "Decision.extraOvdcNetworks")?;
+        }
+        self.strs(vapp_networks, "Decision.vappNetworks")?;
+        let count = self.len(violations.len(), "Decision.violations")?;
+        self.u32(count);
+        for Violation {
+            field,
+            reason,
+            message,
+        } in violations
+        {
+            self.str(field, "Violation.field")?;
+            self.u8(match reason {
+                Reason::Required => 0,
+                Reason::Invalid => 1,
+                Reason::Duplicate => 2,
+                Reason::NotFound => 3,
+                Reason::TooMany => 4,
+                Reason::Forbidden => 5,
+                Reason::NotSupported => 6,
+            });
+            self.str(message, "Violation.message")?;
+        }
+        self.strs(warnings, "Decision.warnings")
+    }
+}
+
+/// Reads a policy's output in the binary decision format: its decision, or its error.
+///
+/// The decision is read as it is; whether it is coherent (allowed exactly without violations,
+/// NIC indexes) is the host's check, as for a decision read from JSON.
+///
+/// # Errors
+/// A [`FormatError`] naming the byte and field where the bytes stop being an output: wrong
+/// magic, a truncated field, a string that is not UTF-8, an undefined tag, a count larger than
+/// the bytes left, or bytes after the end.
+pub fn decode_output(bytes: &[u8]) -> Result<EvaluateOutput, FormatError> {
+    let mut reader = Reader::new(bytes);
+    let output = reader.output();
+    reader.finish(output, "Output")
+}
+
+impl Reader<'_> {
+    fn output(&mut self) -> Result<EvaluateOutput, Stop> {
+        let r = self;
+        if r.take(4, "Output.magic")? != DECISION_MAGIC {
+            return Err(r.error_at(0, "Output.magic", Problem::NotBinaryDecision));
+        }
+        let output = match r.u8("Output.kind")? {
+            IS_DECISION => EvaluateOutput::Decision(r.decision()?),
+            IS_ERROR => EvaluateOutput::Error {
+                error: r.str("Output.error")?,
+            },
+            tag => return Err(r.bad_tag(tag, "Output.kind")),
+        };
+        r.end("Output")?;
+        Ok(output)
+    }
+
+    fn decision(&mut self) -> Result<Decision, Stop> {
+        let flags = self.u8("Decision.flags")?;
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(self.bad_tag(flags, "Decision.flags"));
+        }
+        let mut decision = Decision {
+            allowed: flags & ALLOWED != 0,
+            strict: flags & STRICT != 0,
+            ..Decision::default()
+        };
+        // A NIC is at least an index, an empty name and five tag bytes.
+        let count = self.count("Decision.nics", 13)?;
+        decision.nics.reserve_exact(count);
+        for _ in 0..count {
+            let mut nic = Nic {
+                index: self.u32("Nic.index")?,
+                network: self.str("Nic.network")?,
+                primary: false,
+                ip_allocation_mode: IpAllocationMode::Pool,
+                ip_address: None,
+                adapter_type: AdapterType::Vmxnet3,
+                connected: false,
+            };
+            nic.primary = self.flag("Nic.primary")?;
+            nic.ip_allocation_mode = match self.u8("Nic.ipAllocationMode")? {
+                0 => IpAllocationMode::Pool,
+                1 => IpAllocationMode::Dhcp,
+                2 => IpAllocationMode::Manual,
+                3 => IpAllocationMode::None,
+                tag => return Err(self.bad_tag(tag, "Nic.ipAllocationMode")),
+            };
+            nic.ip_address = self.opt_str("Nic.ipAddress")?;
+            nic.adapter_type = match self.u8("Nic.adapterType")? {
+                0 => AdapterType::Vmxnet3,
+                1 => AdapterType::E1000,
+                2 => AdapterType::E1000e,
+                3 => AdapterType::SriovEthernetCard,
+                4 => AdapterType::Vmxnet2,
+                5 => AdapterType::PcNet32,
+                tag => return Err(self.bad_tag(tag, "Nic.adapterType")),
+            };
+            nic.connected = self.flag("Nic.connected")?;
+            decision.nics.push(nic);
+        }
+        if flags & HAS_EXTRA_OVDC_NETWORKS != 0 {
+            decision.extra_ovdc_networks = Some(self.strs("Decision.extraOvdcNetworks")?);
+        }
+        decision.vapp_networks = self.strs("Decision.vappNetworks")?;
+        // A violation is at least two empty strings and a tag byte.
+        let count = self.count("Decision.violations", 9)?;
+        decision.violations.reserve_exact(count);
+        for _ in 0..count {
+            let field = self.str("Violation.field")?;
+            let reason = match self.u8("Violation.reason")? {
+                0 => Reason::Required,
+                1 => Reason::Invalid,
+                2 => Reason::Duplicate,
+                3 => Reason::NotFound,
+                4 => Reason::TooMany,
+                5 => Reason::Forbidden,
+                6 => Reason::NotSupported,
+                tag => return Err(self.bad_tag(tag, "Violation.reason")),
+            };
+            let message = self.str("Violation.message")?;
+            decision.violations.push(Violation {
+                field,
+                reason,
+                message,
+            });
+        }
+        decision.warnings = self.strs("Decision.warnings")?;
+        Ok(decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(output: &EvaluateOutput) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_output(output, &mut out).unwrap();
+        out
+    }
+
+    /// A denial with every field set: a three-NIC plan, a write-back, vApp networks, a warning.
+    fn full_decision() -> Decision {
+        let nic = |index: u32, network: &str| Nic {
+            index,
+            network: network.into(),
+            primary: index == 0,
+            ip_allocation_mode: IpAllocationMode::Pool,
+            ip_address: None,
+            adapter_type: AdapterType::Vmxnet3,
+            connected: true,
+        };
+        let mut storage = nic(2, "storage-net");
+        storage.ip_allocation_mode = IpAllocationMode::Manual;
+        storage.ip_address = Some("10.20.0.15".into());
+        Decision {
+            allowed: false,
+            nics: vec![nic(0, "mgmt-net"), nic(1, "workload-net"), storage],
+            extra_ovdc_networks: Some(vec!["workload-net".into(), "storage-net".into()]),
+            vapp_networks: vec![
+                "mgmt-net".into(),
+                "workload-net".into(),
+                "storage-net".into(),
+            ],
+            violations: vec![Violation::new(
+                "spec.extraOvdcNetworks[1]",
+                Reason::NotFound,
+                "network \"storage-nët\" is not in org VDC ovdc-a",
+            )],
+            warnings: vec!["storage-net has 3 free addresses left".into()],
+            strict: true,
+        }
+    }
+
+    #[test]
+    fn outputs_round_trip() {
+        let outputs = [
+            EvaluateOutput::Decision(full_decision()),
+            EvaluateOutput::Decision(Decision::from_violations(Vec::new())),
+            EvaluateOutput::Error {
+                error: "policy could not read the binary request: at byte 0".into(),
+            },
+        ];
+        for output in outputs {
+            assert_eq!(decode_output(&encoded(&output)).unwrap(), output);
+        }
+    }
+
+    #[test]
+    fn every_enum_value_round_trips() {
+        // Encoder and decoder each map the enums to tag bytes: every value must come back.
+        let mut decision = full_decision();
+        let modes = [
+            IpAllocationMode::Pool,
+            IpAllocationMode::Dhcp,
+            IpAllocationMode::Manual,
+            IpAllocationMode::None,
+        ];
+        let adapters = [
+            AdapterType::Vmxnet3,
+            AdapterType::E1000,
+            AdapterType::E1000e,
+            AdapterType::SriovEthernetCard,
+            AdapterType::Vmxnet2,
+            AdapterType::PcNet32,
+        ];
+        for mode in modes {
+            for adapter in adapters {
+                decision.nics[1].ip_allocation_mode = mode;
+                decision.nics[1].adapter_type = adapter;
+                let output = EvaluateOutput::Decision(decision.clone());
+                assert_eq!(decode_output(&encoded(&output)).unwrap(), output);
+            }
+        }
+        for reason in Reason::ALL {
+            decision.violations[0].reason = reason;
+            let output = EvaluateOutput::Decision(decision.clone());
+            assert_eq!(decode_output(&encoded(&output)).unwrap(), output);
+        }
+        for (allowed, strict, extra) in [(true, false, None), (false, true, Some(Vec::new()))] {
+            decision.allowed = allowed;
+            decision.strict = strict;
+            decision.extra_ovdc_networks = extra;
+            let output = EvaluateOutput::Decision(decision.clone());
+            assert_eq!(decode_output(&encoded(&output)).unwrap(), output);
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_refused_without_panicking() {
+        let bytes = encoded(&EvaluateOutput::Decision(full_decision()));
+        for end in 0..bytes.len() {
+            let err = decode_output(&bytes[..end]).unwrap_err();
+            assert!(
+                matches!(
+                    err.problem,
+                    Problem::Truncated | Problem::CountTooLarge(_) | Problem::NotBinaryDecision
+                ),
+                "cut at {end}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_decodes_or_names_the_problem() {
+        // No panic and no runaway allocation, whichever byte a policy corrupts.
+        let bytes = encoded(&EvaluateOutput::Decision(full_decision()));
+        for at in 0..bytes.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut corrupt = bytes.clone();
+                corrupt[at] ^= flip;
+                match decode_output(&corrupt) {
+                    // What decodes encodes back to the same bytes: nothing is read loosely.
+                    Ok(output) => assert_eq!(encoded(&output), corrupt, "flip at {at}"),
+                    Err(err) => assert!(err.at <= corrupt.len(), "{err}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn errors_name_the_byte_and_field() {
+        assert_eq!(
+            decode_output(br#"{"allowed":true}"#).unwrap_err().to_string(),
+            "at byte 0, reading Output.magic: not a binary decision (it must start with NPD and version byte 1)"
+        );
+        let mut bytes = encoded(&EvaluateOutput::Decision(full_decision()));
+        // The first NIC's index follows magic, kind, flags and the NIC count; then its name.
+        let tag_at = 4 + 1 + 1 + 4 + 4 + 4 + "mgmt-net".len() + 1;
+        bytes[tag_at] = 9;
+        assert_eq!(
+            decode_output(&bytes).unwrap_err().to_string(),
+            format!(
+                "at byte {tag_at}, reading Nic.ipAllocationMode: tag byte 9 is not defined here"
+            )
+        );
+        let mut trailing = encoded(&EvaluateOutput::Error {
+            error: "boom".into(),
+        });
+        trailing.push(0);
+        assert_eq!(
+            decode_output(&trailing).unwrap_err().to_string(),
+            format!(
+                "at byte {}, reading Output: 1 bytes follow the end",
+                trailing.len() - 1
+            )
+        );
+    }
+
+    #[test]
+    fn forged_counts_and_flags_are_refused() {
+        let bytes = encoded(&EvaluateOutput::Decision(full_decision()));
+        let mut forged = bytes.clone();
+        forged[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode_output(&forged).unwrap_err().problem,
+            Problem::CountTooLarge(u32::MAX)
+        );
+        let mut flags = bytes;
+        flags[5] |= 0x80;
+        let err = decode_output(&flags).unwrap_err();
+        assert_eq!((err.at, err.field), (5, "Decision.flags"));
+    }
+}
