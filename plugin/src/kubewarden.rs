@@ -14,7 +14,7 @@
 //! | `validate` | `{"request": AdmissionRequest, "settings": ...}` | `ValidationResponse` |
 //!
 //! `validate` reads the VCDMachine or VCDMachineTemplate with the same code as
-//! `nicpolicy serve` ([`objects`](crate::objects)), finds its Cluster and VCDCluster through
+//! `nicpolicy serve` ([`objects`]), finds its Cluster and VCDCluster through
 //! Kubewarden's `kubernetes/get_resource` capability (label or owner Cluster, then
 //! `spec.infrastructureRef`), runs the policy, applies the lifecycle rules (`lifecycle`)
 //! as nicpolicy's host would (a machine whose cluster cannot be found is checked without it;
@@ -25,7 +25,7 @@
 //!   as `field: Reason: message` (Kubewarden carries no field causes);
 //! - allowed: accepted with the policy's warnings and, when the settings say `mutating: true`,
 //!   the object with `extraOvdcNetworks` defaulted and the NIC plan annotation
-//!   ([`mutation::apply`]); Kubewarden turns it into the same JSON patch `nicpolicy serve` sends.
+//!   ([`mutation::apply`](crate::mutation::apply)); Kubewarden turns it into the same JSON patch `nicpolicy serve` sends.
 //!
 //! The settings are the policy's own settings plus two keys this build reads itself and removes
 //! before the policy sees them: [`MUTATING_KEY`] and [`INVENTORY_KEY`]. `docs/kubewarden.md`

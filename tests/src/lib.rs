@@ -36,7 +36,7 @@ const ALLOW: &str = r#"{"allowed":true}"#;
 /// Free-form data segment for a module's own output.
 pub const DATA_AT: u32 = 256;
 
-/// Packed result pointing at the "allowed" decision of [`module`].
+/// Packed result pointing at the "allowed" decision of [`Module`].
 pub fn allow_result() -> u64 {
     pack(ALLOW_AT, ALLOW.len() as u32)
 }

@@ -175,7 +175,7 @@ impl Reviewer {
     /// [`Reviewer::finish`] on a blocking thread. An evaluation cut by the budget has no
     /// effect (no metric, no log line): it is run again from the start, under the policies'
     /// own limits. After a cut, reviews go to blocking threads for a while
-    /// ([`super::inline`]), so a slow policy does not hold up the worker's other connections
+    /// (`webhook::inline`), so a slow policy does not hold up the worker's other connections
     /// review after review.
     pub fn review_on_worker(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> OnWorker {
         let job = match self.prepare(endpoint, kind, body) {

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use crate::stages::{Spent, Stage};
 
-/// Reviews kept at most: a load run of a minute at 10,000 reviews/s fits, memory stays bounded
-/// (about 160 bytes each).
-const CAPACITY: usize = 1 << 20;
+/// Reviews kept at most between two reads: a 20-second load run at 20,000 reviews/s fits, and
+/// memory stays bounded (about 320 bytes a review, so at most about 170 MB).
+const CAPACITY: usize = 1 << 19;
 
 /// Share of the slowest reviews left out of the means: on a loaded machine a review preempted
 /// in the middle of a stage shows milliseconds that no stage costs.
@@ -24,7 +24,7 @@ pub struct StageLog {
 }
 
 impl StageLog {
-    /// Keeps one review's stage times (none past [`CAPACITY`]).
+    /// Keeps one review's stage times (none past the first 2^19 since the last read).
     pub fn push(&self, spent: Spent) {
         if let Ok(mut reviews) = self.reviews.lock() {
             if reviews.len() < CAPACITY {
@@ -34,7 +34,7 @@ impl StageLog {
     }
 
     /// The mean time of each stage over the reviews kept, in nanoseconds, the slowest
-    /// [`TRIM`] of them by total left out; means, unlike medians, add up to the mean total.
+    /// 5 % of them by total left out; means, unlike medians, add up to the mean total.
     /// Then forgets them, so the next call covers the reviews since this one.
     pub fn take_summary(&self) -> Value {
         let mut reviews = match self.reviews.lock() {
