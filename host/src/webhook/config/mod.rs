@@ -606,9 +606,7 @@ impl Reader<'_> {
             Some(file::Budget::Number(n)) => {
                 return Err(self.error(FIELD, format!("`{n}` needs a unit, e.g. `{n}ms`")))
             }
-            Some(file::Budget::Text(text)) if matches!(text.trim(), "0" | "0ms" | "0s" | "0m") => {
-                None
-            }
+            Some(file::Budget::Text(text)) if is_zero_duration(text) => None,
             Some(file::Budget::Text(text)) => {
                 Some(limits::parse_duration(text).map_err(|m| self.error(FIELD, m))?)
             }
@@ -650,6 +648,14 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{text:?} is not an address like 0.0.0.0:9443"))
 }
 
+/// Zero in any unit (`0`, `00ms`, `0s`, `0m`): what turns a duration setting off, where
+/// [`limits::parse_duration`] refuses zero.
+fn is_zero_duration(text: &str) -> bool {
+    let text = text.trim();
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &text[digits.len()..];
+    !digits.is_empty() && digits.bytes().all(|b| b == b'0') && matches!(unit, "" | "ms" | "s" | "m")
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,7 +731,7 @@ reload: {interval: 1s}
                 .inline_budget
         };
         assert_eq!(budget(""), Some(Duration::from_millis(5)));
-        for off in ["0", "'0'", "0ms", "0s"] {
+        for off in ["0", "'0'", "0ms", "0s", "00ms", "'000'", " 0m"] {
             assert_eq!(
                 budget(&format!("evaluation: {{inlineBudget: {off}}}")),
                 None,
