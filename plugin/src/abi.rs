@@ -28,12 +28,13 @@ pub const EXPORT_ALLOC: &str = "nicpolicy_alloc";
 /// Export evaluating a request.
 pub const EXPORT_EVALUATE: &str = "nicpolicy_evaluate";
 /// Optional export evaluating a request given in the [binary format](crate::binary), version 1;
-/// same result as [`EXPORT_EVALUATE`]. Modules built with [`export_policy!`](crate::export_policy) have it.
+/// same result as [`EXPORT_EVALUATE`]. Modules built with
+/// [`export_policy!`](crate::export_policy) have it.
 pub const EXPORT_EVALUATE_BINARY1: &str = "nicpolicy_evaluate_binary1";
 /// Optional export evaluating a request given in the [binary format](crate::binary), version 1,
 /// and answering in the [binary decision format](crate::binary::decision), version 1: binary
-/// both ways, the same decision as [`EXPORT_EVALUATE`]. Modules built with [`export_policy!`](crate::export_policy)
-/// have it.
+/// both ways, the same decision as [`EXPORT_EVALUATE`]. Modules built with
+/// [`export_policy!`](crate::export_policy) have it.
 pub const EXPORT_EVALUATE_BINARY2: &str = "nicpolicy_evaluate_binary2";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
@@ -98,7 +99,8 @@ pub fn unpack(packed: u64) -> (u32, u32) {
     ((packed >> 32) as u32, packed as u32)
 }
 
-/// Builds the metadata section's bytes at compile time (used by [`export_policy!`](crate::export_policy)).
+/// Builds the metadata section's bytes at compile time (used by
+/// [`export_policy!`](crate::export_policy)).
 ///
 /// Refuses, at compile time, text that would need JSON escaping: names, versions and
 /// descriptions of policies are plain text.
@@ -118,7 +120,8 @@ pub const fn joined_len(parts: &[&str]) -> usize {
 }
 
 /// `parts` joined into one array at compile time: a metadata section assembled from pieces
-/// that are present or not depending on the crate (used by [`export_policy!`](crate::export_policy)).
+/// that are present or not depending on the crate (used by
+/// [`export_policy!`](crate::export_policy)).
 pub const fn joined_bytes<const N: usize>(parts: &[&str]) -> [u8; N] {
     assert!(joined_len(parts) == N, "metadata length mismatch");
     let mut out = [0u8; N];
@@ -198,7 +201,8 @@ pub const fn plain_text(value: &str) -> &str {
 ///
 /// When the policy crate's own `js` feature is on (forwarding to `nicpolicy-plugin/js`), the
 /// module exports `evaluate`, `validateSettings` and `metadata` through wasm-bindgen instead, for
-/// JavaScript engines; see the `js` module (feature `js`). The ABI v1 build never carries wasm-bindgen imports.
+/// JavaScript engines; see the `js` module (feature `js`). The ABI v1 build never carries
+/// wasm-bindgen imports.
 ///
 /// When its `kubewarden` feature is on (forwarding to `nicpolicy-plugin/kubewarden`), the module
 /// is a Kubewarden waPC policy instead: `wapc_init` registers `validate`, `validate_settings`

@@ -138,7 +138,8 @@ pub fn validate_settings_json(input: &[u8], check: fn(&Value) -> Result<(), Stri
 /// Runs `policy` on the request at `ptr`/`len` and returns the packed decision.
 ///
 /// # Safety
-/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)` returned `ptr`.
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
 pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_json(input(ptr, len), policy))
 }
@@ -146,7 +147,8 @@ pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> 
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed decision.
 ///
 /// # Safety
-/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)` returned `ptr`.
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
 pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_binary_request(input(ptr, len), policy))
 }
@@ -154,7 +156,8 @@ pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decisi
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed binary decision.
 ///
 /// # Safety
-/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)` returned `ptr`.
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
 pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_binary_both(input(ptr, len), policy))
 }
@@ -162,7 +165,8 @@ pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decis
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.
 ///
 /// # Safety
-/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)` returned `ptr`.
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
 pub unsafe fn validate_settings(
     ptr: u32,
     len: u32,

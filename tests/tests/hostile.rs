@@ -559,8 +559,9 @@ fn binary_decisions_are_held_to_the_rules_of_json_ones() {
     let err = load(&binary_output(&EvaluateOutput::Decision(incoherent)))
         .evaluate(&request())
         .expect_err("refused");
+    let allowed_with_violations = "decision allows the machine but lists violations";
     assert!(
-        matches!(&err, EvalError::BadOutput(m) if m == "decision allows the machine but lists violations"),
+        matches!(&err, EvalError::BadOutput(m) if m == allowed_with_violations),
         "{err}"
     );
 
@@ -600,9 +601,12 @@ fn binary_decisions_are_held_to_the_rules_of_json_ones() {
         ),
     ] {
         let err = load(output).evaluate(&request()).expect_err("refused");
+        let EvalError::BadOutput(message) = &err else {
+            panic!("not BadOutput: {err}");
+        };
         assert!(
-            matches!(&err, EvalError::BadOutput(m) if m.starts_with("output is not a binary decision: ") && m.contains(expected)),
-            "{err}"
+            message.starts_with("output is not a binary decision: ") && message.contains(expected),
+            "{message}"
         );
     }
     assert_host_healthy(&host);
