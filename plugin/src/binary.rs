@@ -136,18 +136,12 @@ pub fn encode(request: RequestRef<'_>, out: &mut Vec<u8>) -> Result<(), FormatEr
         ObjectKind::VcdMachine => 0,
         ObjectKind::VcdMachineTemplate => 1,
     });
-    let mut flags = 0;
-    for (set, bit) in [
+    w.flags(&[
         (old_machine.is_some(), HAS_OLD_MACHINE),
         (inventory.is_some(), HAS_INVENTORY),
         (cluster_unknown, CLUSTER_UNKNOWN),
         (baseline, BASELINE),
-    ] {
-        if set {
-            flags |= bit;
-        }
-    }
-    w.u8(flags);
+    ]);
     w.machine(machine)?;
     if let Some(old) = old_machine {
         w.machine(old)?;
@@ -194,6 +188,22 @@ impl Writer<'_> {
         })
     }
 
+    /// A list's or map's count of `len` items.
+    fn count(&mut self, len: usize, field: &'static str) -> Result<(), FormatError> {
+        let count = self.len(len, field)?;
+        self.u32(count);
+        Ok(())
+    }
+
+    /// A byte of flags: each bit whose condition is set.
+    fn flags(&mut self, bits: &[(bool, u8)]) {
+        let flags = bits
+            .iter()
+            .filter(|(set, _)| *set)
+            .fold(0, |flags, (_, bit)| flags | bit);
+        self.u8(flags);
+    }
+
     fn str(&mut self, value: &str, field: &'static str) -> Result<(), FormatError> {
         let len = self.len(value.len(), field)?;
         self.u32(len);
@@ -213,8 +223,7 @@ impl Writer<'_> {
     }
 
     fn strs(&mut self, values: &[String], field: &'static str) -> Result<(), FormatError> {
-        let count = self.len(values.len(), field)?;
-        self.u32(count);
+        self.count(values.len(), field)?;
         values.iter().try_for_each(|value| self.str(value, field))
     }
 
@@ -223,8 +232,7 @@ impl Writer<'_> {
         map: &BTreeMap<String, String>,
         field: &'static str,
     ) -> Result<(), FormatError> {
-        let count = self.len(map.len(), field)?;
-        self.u32(count);
+        self.count(map.len(), field)?;
         for (key, value) in map {
             self.str(key, field)?;
             self.str(value, field)?;
@@ -272,8 +280,7 @@ impl Writer<'_> {
         self.str(ovdc, "Cluster.ovdc")?;
         self.str(ovdc_network, "Cluster.ovdcNetwork")?;
         self.opt_str(zone_topology.as_deref(), "Cluster.zoneTopology")?;
-        let count = self.len(zones.len(), "Cluster.zones")?;
-        self.u32(count);
+        self.count(zones.len(), "Cluster.zones")?;
         for zone in zones {
             let Zone {
                 name,
@@ -291,8 +298,7 @@ impl Writer<'_> {
 
     fn inventory(&mut self, inventory: &Inventory) -> Result<(), FormatError> {
         let Inventory { networks } = inventory;
-        let count = self.len(networks.len(), "Inventory.networks")?;
-        self.u32(count);
+        self.count(networks.len(), "Inventory.networks")?;
         for network in networks {
             let Network {
                 name,
@@ -319,8 +325,7 @@ impl Writer<'_> {
                     self.u8(*prefix);
                 }
             }
-            let count = self.len(static_ip_ranges.len(), "Network.staticIpRanges")?;
-            self.u32(count);
+            self.count(static_ip_ranges.len(), "Network.staticIpRanges")?;
             for IpRange { start, end } in static_ip_ranges {
                 self.str(start, "IpRange.start")?;
                 self.str(end, "IpRange.end")?;
@@ -606,15 +611,7 @@ impl<'a> Reader<'a> {
         let count = self.count("Inventory.networks", 19)?;
         let mut networks = Vec::with_capacity(count);
         for _ in 0..count {
-            let mut network = Network {
-                name: self.str("Network.name")?,
-                network_type: None,
-                gateway: None,
-                prefix_length: None,
-                static_ip_ranges: Vec::new(),
-                dns: Vec::new(),
-                used_ip_addresses: Vec::new(),
-            };
+            let mut network = Network::named(self.str("Network.name")?);
             network.network_type = match self.u8("Network.type")? {
                 0 => None,
                 1 => Some(NetworkType::Routed),
@@ -691,15 +688,7 @@ mod tests {
                     dns: vec!["10.20.0.2".into()],
                     used_ip_addresses: vec!["10.20.0.10".into(), "10.20.0.11".into()],
                 },
-                Network {
-                    name: "workload-net".into(),
-                    network_type: None,
-                    gateway: None,
-                    prefix_length: None,
-                    static_ip_ranges: Vec::new(),
-                    dns: Vec::new(),
-                    used_ip_addresses: Vec::new(),
-                },
+                Network::named("workload-net"),
             ],
         });
         request.settings = serde_json::json!({"requireInventory": true});

@@ -1022,13 +1022,8 @@ mod tests {
             networks: ["mgmt-net", "storage-net"]
                 .iter()
                 .map(|n| Network {
-                    name: n.to_string(),
                     network_type: Some(NetworkType::Routed),
-                    gateway: None,
-                    prefix_length: None,
-                    static_ip_ranges: Vec::new(),
-                    dns: Vec::new(),
-                    used_ip_addresses: Vec::new(),
+                    ..Network::named(*n)
                 })
                 .collect(),
         });

@@ -352,6 +352,21 @@ pub struct Network {
     pub used_ip_addresses: Vec<String>,
 }
 
+impl Network {
+    /// A network known by its name only: no type, gateway, ranges, DNS or used addresses.
+    pub fn named(name: impl Into<String>) -> Network {
+        Network {
+            name: name.into(),
+            network_type: None,
+            gateway: None,
+            prefix_length: None,
+            static_ip_ranges: Vec::new(),
+            dns: Vec::new(),
+            used_ip_addresses: Vec::new(),
+        }
+    }
+}
+
 /// Org VDC network types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -55,19 +55,12 @@ impl Writer<'_> {
             warnings,
             strict,
         } = decision;
-        let mut flags = 0;
-        for (set, bit) in [
+        self.flags(&[
             (*allowed, ALLOWED),
             (*strict, STRICT),
             (extra_ovdc_networks.is_some(), HAS_EXTRA_OVDC_NETWORKS),
-        ] {
-            if set {
-                flags |= bit;
-            }
-        }
-        self.u8(flags);
-        let count = self.len(nics.len(), "Decision.nics")?;
-        self.u32(count);
+        ]);
+        self.count(nics.len(), "Decision.nics")?;
         for nic in nics {
             let Nic {
                 index,
@@ -102,8 +95,7 @@ impl Writer<'_> {
             self.strs(networks, "Decision.extraOvdcNetworks")?;
         }
         self.strs(vapp_networks, "Decision.vappNetworks")?;
-        let count = self.len(violations.len(), "Decision.violations")?;
-        self.u32(count);
+        self.count(violations.len(), "Decision.violations")?;
         for Violation {
             field,
             reason,

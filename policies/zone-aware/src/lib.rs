@@ -538,15 +538,7 @@ mod tests {
         r.inventory = Some(Inventory {
             networks: ["mgmt-net-a", "storage-net-a"]
                 .iter()
-                .map(|n| Network {
-                    name: n.to_string(),
-                    network_type: None,
-                    gateway: None,
-                    prefix_length: None,
-                    static_ip_ranges: Vec::new(),
-                    dns: Vec::new(),
-                    used_ip_addresses: Vec::new(),
-                })
+                .map(|n| Network::named(*n))
                 .collect(),
         });
         let d = evaluate_request(&r);
