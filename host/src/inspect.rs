@@ -446,8 +446,9 @@ impl ModuleInfo {
         Ok(())
     }
 
-    /// The request formats the module takes: JSON always, binary v1 when it exports
-    /// `nicpolicy_evaluate_binary1`, binary v2 when it exports `nicpolicy_evaluate_binary2`.
+    /// The request formats the module takes, oldest first: JSON always, binary v1 when it
+    /// exports `nicpolicy_evaluate_binary1`, binary v2 when it exports
+    /// `nicpolicy_evaluate_binary2`.
     pub fn request_formats(&self) -> Vec<crate::policy::RequestFormat> {
         use crate::policy::RequestFormat;
         let has = |format: &RequestFormat| self.exports.iter().any(|e| e.name == format.export());

@@ -240,12 +240,12 @@ impl Policy {
             evaluate_binary1: module.get_export_index(abi::EXPORT_EVALUATE_BINARY1),
             evaluate_binary2: module.get_export_index(abi::EXPORT_EVALUATE_BINARY2),
         };
-        // The fastest format the module takes.
-        let request_format = match (exports.evaluate_binary2, exports.evaluate_binary1) {
-            (Some(_), _) => RequestFormat::Binary2,
-            (None, Some(_)) => RequestFormat::Binary1,
-            (None, None) => RequestFormat::Json,
-        };
+        // The newest (and fastest) format the module takes.
+        let request_format = info
+            .request_formats()
+            .last()
+            .copied()
+            .unwrap_or(RequestFormat::Json);
         let deadline_ticks = ticks(options.limits.timeout, config.epoch_tick);
 
         let name = match &info.metadata {

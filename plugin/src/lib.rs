@@ -7,7 +7,8 @@
 //! - [`schema`]: the [`Request`] a policy receives and the [`Decision`] it returns;
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
-//! - [`binary`]: the binary request format a host may send instead of JSON (version 1);
+//! - [`binary`]: the binary request and decision formats a host and policy may use instead of
+//!   JSON (request version 1, decision version 1);
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
 //! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
 //!   plan annotation);

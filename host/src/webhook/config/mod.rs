@@ -656,6 +656,7 @@ fn is_zero_duration(text: &str) -> bool {
     let unit = &text[digits.len()..];
     !digits.is_empty() && digits.bytes().all(|b| b == b'0') && matches!(unit, "" | "ms" | "s" | "m")
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
