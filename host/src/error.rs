@@ -177,6 +177,19 @@ pub enum EvalError {
     /// The host could not make an instance (for example, all instance slots busy).
     #[error("cannot instantiate the policy: {0}")]
     Instantiate(String),
+    /// A time, memory or output limit hit on an input larger than a
+    /// [`LARGE_INPUT_SHARE`](crate::LARGE_INPUT_SHARE)th of the input cap: the
+    /// request's size, not the policy, is taken to have caused it.
+    #[error("{cause} on an input of {size} bytes (over 1/{share} of the {limit}-byte input limit)", share = crate::limits::LARGE_INPUT_SHARE)]
+    LimitOnLargeInput {
+        /// The limit hit: [`EvalError::Timeout`], [`EvalError::MemoryLimit`] or
+        /// [`EvalError::OutputTooLarge`].
+        cause: Box<EvalError>,
+        /// Input size.
+        size: usize,
+        /// The input cap.
+        limit: usize,
+    },
 }
 
 impl EvalError {
@@ -185,7 +198,20 @@ impl EvalError {
     /// webhook's `onPolicyFailure` says; fail-open is only for faults of the policy or the host
     /// (trap, time limit, memory cap, bad output).
     pub fn is_request_fault(&self) -> bool {
-        matches!(self, EvalError::InputTooLarge { .. })
+        matches!(
+            self,
+            EvalError::InputTooLarge { .. } | EvalError::LimitOnLargeInput { .. }
+        )
+    }
+
+    /// Whether this is a time, memory or output limit (of the policy's [`Limits`](crate::Limits)).
+    pub fn is_resource_limit(&self) -> bool {
+        matches!(
+            self,
+            EvalError::Timeout(_)
+                | EvalError::MemoryLimit { .. }
+                | EvalError::OutputTooLarge { .. }
+        )
     }
 
     /// A short stable name for the kind of failure (for metrics and logs).
@@ -199,6 +225,7 @@ impl EvalError {
             EvalError::InputTooLarge { .. } => "input_too_large",
             EvalError::OutputTooLarge { .. } => "output_too_large",
             EvalError::Instantiate(_) => "instantiate",
+            EvalError::LimitOnLargeInput { .. } => "limit_on_large_input",
         }
     }
 }

@@ -99,7 +99,7 @@ pub mod webhook;
 pub use chain::{ChainError, ChainEvaluation, PolicyChain};
 pub use engine::{Host, HostConfig, HostError};
 pub use error::{EvalError, LoadError};
-pub use limits::{Budget, Limits};
+pub use limits::{Budget, Limits, LARGE_INPUT_SHARE};
 pub use manifest::{ManifestError, RequestFiles};
 pub use mode::Mode;
 pub use nicpolicy_plugin as plugin;

@@ -7,13 +7,14 @@
 //! [`nicpolicy_plugin::lifecycle`]'s, shared with the Kubewarden build, which applies them
 //! without a nicpolicy host. What only a host that runs the policy can know is here:
 //!
-//! - **A deletion finishes even when the policy fails.** A failure on an object that has
-//!   `metadata.deletionTimestamp` is an allow with a warning.
-//! - **A failure the request causes is a denial.** An input over the policy's input cap
-//!   ([`EvalError::is_request_fault`]), or a time, memory or output limit hit on a machine that
-//!   lists more extra networks than a VM can have NICs, denies, naming the largest part of the
-//!   machine, whatever the webhook's `onPolicyFailure` says; fail-open is only for faults of
-//!   the policy or host.
+//! - **A deletion finishes even when the policy fails.** A failure on an UPDATE of an object
+//!   that has `metadata.deletionTimestamp` is an allow with a warning.
+//! - **A failure the request causes is a denial.** An input over the policy's input cap, a
+//!   time, memory or output limit hit on an input larger than an eighth of that cap
+//!   ([`EvalError::is_request_fault`], [`crate::LARGE_INPUT_SHARE`]), or such a limit hit on a
+//!   machine that lists more extra networks than a VM can have NICs, denies, naming the
+//!   largest part of the machine, whatever the webhook's `onPolicyFailure` says; fail-open is
+//!   only for faults of the policy or host, which a request cannot cause on purpose.
 //! - **The stored object is judged by the same policies** for a ratcheted UPDATE.
 //!
 //! The warn-mode entries of a chain ([`crate::mode`]) are judged by the same rules, each on its
@@ -133,12 +134,12 @@ pub fn judge<T: Judged, E: Failure>(
     let Ok(mut before) = evaluate(&stored) else {
         return Ok(evaluation);
     };
-    keep_new(evaluation.decision_mut(), before.decision_mut());
+    keep_new(request, evaluation.decision_mut(), before.decision_mut());
     let earlier = before.warned_mut();
     for warned in evaluation.warned_mut() {
         let old = earlier.iter().find(|w| w.index == warned.index);
         if let (Ok(now), Some(Ok(old))) = (&mut warned.evaluation, old.map(|w| &w.evaluation)) {
-            keep_new(&mut now.decision, &old.decision);
+            keep_new(request, &mut now.decision, &old.decision);
         }
     }
     Ok(evaluation)
@@ -160,7 +161,7 @@ fn settle<T: Judged, E: Failure>(request: &Request, result: Result<T, E>) -> Res
 /// on an object being deleted an allow with a warning, for a failure the request caused a
 /// denial.
 fn answered(request: &Request, failure: &dyn Failure) -> Option<Decision> {
-    if request.machine.is_deleting() {
+    if request.is_deleting() {
         return Some(deleting_failure(&failure));
     }
     if caused_by_request(request, failure.eval_error()) {
@@ -204,16 +205,13 @@ fn request_fault_denial(request: &Request, failure: &dyn Failure) -> Decision {
 pub const MAX_VM_NICS: usize = 10;
 
 /// Whether the request, not the policy or the host, caused `error`: an input over the policy's
-/// cap, or a time, memory or output limit hit on a machine that lists more extra networks than
+/// cap, a time, memory or output limit hit on an input over an eighth of it
+/// ([`EvalError::is_request_fault`]), or such a limit hit on a machine that lists more extra networks than
 /// a VM can have NICs. No policy is built for such a list, and a request must not be able to
 /// make the policy fail on purpose and so be admitted unchecked under `onPolicyFailure: Allow`.
 fn caused_by_request(request: &Request, error: &EvalError) -> bool {
-    let resource_limit = matches!(
-        error,
-        EvalError::Timeout(_) | EvalError::MemoryLimit { .. } | EvalError::OutputTooLarge { .. }
-    );
     error.is_request_fault()
-        || (resource_limit && request.machine.extra_ovdc_networks.len() >= MAX_VM_NICS)
+        || (error.is_resource_limit() && request.machine.extra_ovdc_networks.len() >= MAX_VM_NICS)
 }
 
 /// Bytes of `value` as compact JSON (0 if it cannot be written).
@@ -225,18 +223,12 @@ fn json_len<T: serde::Serialize>(value: &T) -> usize {
 mod tests {
     use super::*;
     use nicpolicy_plugin::lifecycle::{DELETING_PREFIX, PREEXISTING_PREFIX};
-    use nicpolicy_plugin::{capvcd, testing, Operation};
+    use nicpolicy_plugin::testing::update;
+    use nicpolicy_plugin::{capvcd, testing};
 
     /// The CAPVCD rules natively, as a stand-in for a loaded policy.
     fn native(request: &Request) -> Result<Evaluation, EvalError> {
         Ok(Evaluation::from_decision(capvcd::evaluate(request)))
-    }
-
-    fn update(old: &[&str], new: &[&str]) -> Request {
-        let mut request = testing::worker(new);
-        request.operation = Operation::Update;
-        request.old_machine = Some(testing::worker(old).machine);
-        request
     }
 
     #[test]
@@ -368,9 +360,13 @@ mod tests {
         let judged = judge(&request, warn_mode_chain(false)).unwrap();
         assert!(judged.decision.allowed);
         let theirs = warned_decision(&judged);
+        // The new duplicate, and the CAPVCD rule on a provisioned machine's changed list.
         assert_eq!(
             testing::violation_fields(theirs),
-            [("spec.extraOvdcNetworks[2]", Reason::Duplicate)]
+            [
+                ("spec.extraOvdcNetworks[2]", Reason::Duplicate),
+                ("spec.extraOvdcNetworks", Reason::Forbidden)
+            ]
         );
         assert!(theirs.warnings[0].starts_with(PREEXISTING_PREFIX));
 
@@ -392,5 +388,25 @@ mod tests {
                 .starts_with("[site-rules] the request is too large"),
             "{theirs:?}"
         );
+    }
+
+    #[test]
+    fn a_limit_hit_on_a_large_input_is_the_requests_fault() {
+        let mut request = testing::worker(&["storage-net"]);
+        request
+            .machine
+            .labels
+            .insert("inventory.example.net/notes".into(), "x".repeat(4096));
+        let large = |_: &Request| -> Result<Evaluation, EvalError> {
+            Err(EvalError::LimitOnLargeInput {
+                cause: Box::new(EvalError::MemoryLimit { limit: 8 << 20 }),
+                size: 4200,
+                limit: 8192,
+            })
+        };
+        let d = judge(&request, large).unwrap().decision;
+        assert!(!d.allowed);
+        assert_eq!(d.violations[0].field, "metadata.labels");
+        assert!(d.violations[0].message.contains("memory limit"), "{d:?}");
     }
 }

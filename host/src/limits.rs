@@ -39,6 +39,14 @@ impl Default for CompileBounds {
     }
 }
 
+/// A time, memory or output limit hit on an input larger than `1/LARGE_INPUT_SHARE` of the
+/// input cap ([`Limits::max_input_bytes`]) is the request's fault
+/// ([`EvalError::LimitOnLargeInput`](crate::EvalError::LimitOnLargeInput)), answered as a
+/// denial rather than under `onPolicyFailure`: a request must not be able to make the policy
+/// fail on purpose and so be admitted unchecked. Real requests are a few KiB, far below an
+/// eighth of any sensible cap (the webhook's default cap is 3 MiB).
+pub const LARGE_INPUT_SHARE: usize = 8;
+
 /// Limits applied to every call into a policy.
 ///
 /// The defaults suit an admission webhook: a CAPVCD evaluation takes tens of microseconds and

@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use nicpolicy_plugin::objects::{
-    cluster_from_object, inventory_from_object, machine_from_object, FieldError,
+    self, cluster_from_object, inventory_from_object, machine_from_object, FieldError,
 };
 use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request};
 use serde::Deserialize;
@@ -509,9 +509,15 @@ pub fn build_request(
         Some(file) => file.cluster(cluster_name)?,
         None => Cluster::unknown(cluster_name.unwrap_or_default(), &machine.namespace),
     };
+    let mut same_cluster_as_stored = false;
     let old_machine = match old_file {
         Some(file) => {
-            let (old_kind, old) = file.machine(machine_name)?;
+            let stored = file.find_machine(machine_name)?;
+            let (old_kind, old) = file.machine_object(stored)?;
+            same_cluster_as_stored = objects::same_cluster(
+                &machine_file.find_machine(machine_name)?.value,
+                &stored.value,
+            );
             if old_kind != kind {
                 return Err(ManifestError::Field {
                     path: file.path.clone(),
@@ -541,6 +547,7 @@ pub fn build_request(
         settings: Value::Null,
         cluster_unknown: cluster_file.is_none(),
         baseline: false,
+        same_cluster_as_stored,
     })
 }
 

@@ -524,7 +524,23 @@ impl Policy {
             budget.cut();
             return Err(EvalError::Timeout(budget.time()));
         }
-        result
+        result.map_err(|err| self.on_input_of(input.len(), err))
+    }
+
+    /// `err` as the request's fault when it is a resource limit hit on a large input
+    /// ([`LARGE_INPUT_SHARE`](crate::LARGE_INPUT_SHARE)).
+    fn on_input_of(&self, size: usize, err: EvalError) -> EvalError {
+        let limit = self.limits.max_input_bytes;
+        if err.is_resource_limit() && size.saturating_mul(crate::limits::LARGE_INPUT_SHARE) > limit
+        {
+            EvalError::LimitOnLargeInput {
+                cause: Box::new(err),
+                size,
+                limit,
+            }
+        } else {
+            err
+        }
     }
 
     fn call_until<R>(

@@ -690,10 +690,20 @@ fn example_machine(name: &str, extras: &[&str], metadata: &str) -> String {
     scratch(name, text.as_bytes())
 }
 
+/// [`example_machine`] provisioned: `spec.providerID` set, as CAPVCD sets it once the VM exists.
+fn provisioned_machine(name: &str, extras: &[&str], metadata: &str) -> String {
+    let path = example_machine(name, extras, metadata);
+    let text = std::fs::read_to_string(&path).expect("machine file").replace(
+        "spec:\n",
+        "spec:\n  providerID: vmware-cloud-director://urn:vcloud:vm:4a7f3c1e-9b2d-4e8a-a6f1-3d5c7b9e2f10\n",
+    );
+    scratch(name, text.as_bytes())
+}
+
 #[test]
 fn eval_old_judges_an_update_by_what_it_changes() {
-    let old = example_machine("stored-dup-old.yaml", &["storage-net", "storage-net"], "");
-    let relabelled = example_machine(
+    let old = provisioned_machine("stored-dup-old.yaml", &["storage-net", "storage-net"], "");
+    let relabelled = provisioned_machine(
         "stored-dup-new.yaml",
         &["storage-net", "storage-net"],
         "  annotations: {platform.example.net/drain: \"true\"}\n",
@@ -723,7 +733,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
     let out = eval_machine(&relabelled);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     // An UPDATE adding a violation is denied for it.
-    let worse = example_machine(
+    let worse = provisioned_machine(
         "stored-dup-worse.yaml",
         &["storage-net", "storage-net", "mgmt-net"],
         "",
@@ -741,6 +751,16 @@ fn eval_old_judges_an_update_by_what_it_changes() {
     let out = eval(&deleting, &old);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("not enforced, the object is being deleted"));
+    // A machine not built yet has no VM to keep: judged in full, the stored duplicate too.
+    let unbuilt_old = example_machine("unbuilt-old.yaml", &["storage-net", "storage-net"], "");
+    let unbuilt = example_machine(
+        "unbuilt-new.yaml",
+        &["storage-net", "storage-net"],
+        "  annotations: {platform.example.net/drain: \"true\"}\n",
+    );
+    let out = eval(&unbuilt, &unbuilt_old);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("spec.extraOvdcNetworks[1] (Duplicate)"));
 }
 
 #[test]

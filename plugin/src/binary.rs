@@ -444,6 +444,7 @@ impl<'a> Reader<'a> {
             settings,
             cluster_unknown: flags & CLUSTER_UNKNOWN != 0,
             baseline: flags & BASELINE != 0,
+            same_cluster_as_stored: false,
         })
     }
 

@@ -1,22 +1,31 @@
 //! The lifecycle rules: how a policy's decision becomes an answer that never blocks a cluster's
-//! lifecycle, whichever policy decides (feature `lifecycle`).
+//! lifecycle, whichever policy decides (feature `lifecycle`), and that no request can walk
+//! around.
 //!
 //! Every host that answers admission applies them around the policy, so a policy (a site
 //! policy included) does not have to: `nicpolicy`'s host (the webhook, `nicpolicy eval`, the
-//! case runner) and the Kubewarden build's waPC glue, which runs where no nicpolicy host is.
-//! They are written here alone: [`adjust`] and [`keep_new`] (which nicpolicy's host also applies
-//! to each warn-mode policy of a chain), and [`settle`], both on one decision:
+//! case runner, `audit` and the controller) and the Kubewarden build's waPC glue, which runs
+//! where no nicpolicy host is. They are written here alone: [`adjust`] and [`keep_new`] (which
+//! nicpolicy's host also applies to each warn-mode policy of a chain), [`settle`], both on one
+//! decision, and [`undefaulted`] for validation:
 //!
-//! 1. **An object being deleted is never denied.** When the machine has
+//! 1. **An object being deleted is never denied.** On an UPDATE of a machine with
 //!    `metadata.deletionTimestamp` (CAPVCD removing its finalizer), violations become warnings.
+//!    A CREATE carrying the field is judged like any other ([`Request::is_deleting`]):
+//!    kube-apiserver clears it before storing the object.
 //! 2. **No cluster yet, no cluster rules.** With [`Request::cluster_unknown`], violations on
 //!    `cluster.*` fields (from a policy that does not read the flag) become warnings; the rules
 //!    that need only the machine still deny.
-//! 3. **An UPDATE is judged by what it changes** ("ratcheting", as Kubernetes validates CRDs).
-//!    When the decision denies, the stored object is judged too ([`Request::baseline_request`]:
-//!    the stored object as an UPDATE that changes nothing); each violation the stored object has
-//!    as well, same field and reason, becomes a warning, and only new violations deny. A
+//! 3. **An UPDATE is judged by what it changes** ("ratcheting", as Kubernetes validates CRDs),
+//!    and only where the stored object was judged by the same rules ([`may_ratchet`]). When the
+//!    decision denies, the stored object is judged too ([`Request::baseline_request`]: the
+//!    stored object as an UPDATE that changes nothing); a violation is excused (becomes a
+//!    warning) only when the stored object has it too, same field and reason, **and the value
+//!    at that field is the same in both** ([`same_value`]). Only new violations deny. A
 //!    decision with [`Decision::strict`] opts out.
+//! 4. **Validation judges the object as it is** ([`undefaulted`]): a list the policies' own
+//!    defaulting would change is denied on CREATE and on UPDATEs that change the NIC inputs, so
+//!    a request that skipped (or undid) the mutating webhook cannot store an undefaulted machine.
 //!
 //! What depends on the host stays with it: nicpolicy's host also admits a deletion whose
 //! evaluation failed ([`deleting_failure`]) and denies a request that makes the policy hit its
@@ -25,7 +34,9 @@
 //! Warnings made here start with one of the `*_PREFIX` constants, so users (and tests) can tell
 //! them apart from the policy's own.
 
-use crate::schema::{Decision, Operation, Request, Violation};
+use std::collections::BTreeMap;
+
+use crate::schema::{Decision, ObjectKind, Operation, Reason, Request, Violation};
 
 /// Starts the warning for a violation the stored object already had.
 pub const PREEXISTING_PREFIX: &str = "pre-existing violation, not enforced on this update";
@@ -33,6 +44,8 @@ pub const PREEXISTING_PREFIX: &str = "pre-existing violation, not enforced on th
 pub const DELETING_PREFIX: &str = "not enforced, the object is being deleted";
 /// Starts the warning for a violation about a cluster that is not known yet.
 pub const CLUSTER_UNKNOWN_PREFIX: &str = "not enforced until the machine's cluster is known";
+/// Starts the message of the violation [`undefaulted`] adds.
+pub const UNDEFAULTED_PREFIX: &str = "not defaulted";
 
 /// Applies the rules of this module (see the [module documentation](self)) to `decision`, the
 /// policy's decision on `request`: [`adjust`], then, for an UPDATE that still denies,
@@ -53,18 +66,18 @@ pub fn settle(
         .baseline_request()
         .and_then(|stored| judge_stored(&stored));
     if let Some(before) = before {
-        keep_new(decision, &before);
+        keep_new(request, decision, &before);
     }
 }
 
 /// Applies the rules that need only the request (deletion, unknown cluster) to a denying
 /// decision; `true` when it still denies and is to be ratcheted against the stored object
-/// ([`keep_new`]).
+/// ([`keep_new`]): an UPDATE [`may_ratchet`] and a decision that is not strict.
 pub fn adjust(request: &Request, decision: &mut Decision) -> bool {
     if decision.allowed {
         return false;
     }
-    if request.machine.is_deleting() {
+    if request.is_deleting() {
         downgrade(decision, DELETING_PREFIX, |_| true);
         return false;
     }
@@ -73,21 +86,153 @@ pub fn adjust(request: &Request, decision: &mut Decision) -> bool {
             v.field.starts_with("cluster.")
         });
     }
-    !decision.allowed && !decision.strict && request.operation == Operation::Update
+    !decision.allowed && !decision.strict && may_ratchet(request)
 }
 
-/// Ratchets a denying, non-strict decision: the violations the stored object's decision
-/// `before` has as well (same field and reason) become warnings.
-pub fn keep_new(decision: &mut Decision, before: &Decision) {
+/// Whether violations the stored object had may be excused on this UPDATE at all: the stored
+/// object must have been judged by the rules that judge this one.
+///
+/// - the request is an UPDATE with its stored object;
+/// - the machine's cluster is known and the stored object named the same one
+///   ([`Request::same_cluster_as_stored`]): the first review in which the cluster is known, and
+///   any change of cluster, is judged in full;
+/// - the zone (`spec.failureDomain`) and the role (the control-plane label) are unchanged;
+/// - a VCDMachine was provisioned (the stored object has `spec.providerID`): its VM exists with
+///   the stored NICs, which denying cannot undo. A machine not built yet is judged in full, so
+///   nothing stored unchecked (before its cluster existed, say) reaches a VM. A
+///   VCDMachineTemplate builds nothing itself: every VCDMachine made from it is judged in
+///   full when it is created.
+pub fn may_ratchet(request: &Request) -> bool {
+    let Some(old) = request.old_machine.as_ref() else {
+        return false;
+    };
+    let new = &request.machine;
+    request.operation == Operation::Update
+        && request.same_cluster_as_stored
+        && !request.cluster_unknown
+        && old.failure_domain == new.failure_domain
+        && old.role == new.role
+        && (request.kind == ObjectKind::VcdMachineTemplate || old.is_provisioned())
+}
+
+/// Ratchets a denying, non-strict decision on `request`: the violations the stored object's
+/// decision `before` has as well (same field and reason) become warnings, when the value at
+/// that field is the same in the stored object and in this one ([`same_value`]).
+pub fn keep_new(request: &Request, decision: &mut Decision, before: &Decision) {
     if decision.allowed || decision.strict {
         return;
     }
     downgrade(decision, PREEXISTING_PREFIX, |v| {
-        before
-            .violations
-            .iter()
-            .any(|old| old.field == v.field && old.reason == v.reason)
+        same_value(request, &v.field)
+            && before
+                .violations
+                .iter()
+                .any(|old| old.field == v.field && old.reason == v.reason)
     });
+}
+
+/// Whether the UPDATE leaves the value at `field` (a violation's path) as it was: the same
+/// network at `extraOvdcNetworks[i]`, the same whole list for `extraOvdcNetworks` (so a list
+/// stored too long cannot grow), the same zone, the same label or annotation. `cluster.*` and
+/// `settings.*` are the same in both judgements ([`may_ratchet`] holds the cluster fixed). A
+/// path this does not know counts as unchanged only when the machine's NIC inputs (extra
+/// networks, zone, role) all are. `false` without a stored object.
+pub fn same_value(request: &Request, field: &str) -> bool {
+    let Some(old) = request.old_machine.as_ref() else {
+        return false;
+    };
+    let new = &request.machine;
+    let spec = request.kind.spec_path();
+    let nic_inputs_same = old.extra_ovdc_networks == new.extra_ovdc_networks
+        && old.failure_domain == new.failure_domain
+        && old.role == new.role;
+    if field.starts_with("cluster.") || field.starts_with("settings.") {
+        return true;
+    }
+    if let Some(rest) = field
+        .strip_prefix(spec)
+        .and_then(|rest| rest.strip_prefix('.'))
+    {
+        if rest == "extraOvdcNetworks" {
+            return old.extra_ovdc_networks == new.extra_ovdc_networks;
+        }
+        if let Some(index) = rest
+            .strip_prefix("extraOvdcNetworks[")
+            .and_then(|rest| rest.strip_suffix(']'))
+        {
+            return match index.parse::<usize>() {
+                Ok(i) => old.extra_ovdc_networks.get(i) == new.extra_ovdc_networks.get(i),
+                Err(_) => nic_inputs_same,
+            };
+        }
+        if rest == "failureDomain" {
+            return old.failure_domain == new.failure_domain;
+        }
+        return nic_inputs_same;
+    }
+    same_entry(field, "metadata.labels", &old.labels, &new.labels)
+        .or_else(|| {
+            same_entry(
+                field,
+                "metadata.annotations",
+                &old.annotations,
+                &new.annotations,
+            )
+        })
+        .unwrap_or(nic_inputs_same)
+}
+
+/// For a `field` under `prefix` (`metadata.labels` or `metadata.labels[key]`), whether the
+/// map, or its entry, is the same in `old` and `new`; `None` for another field.
+fn same_entry(
+    field: &str,
+    prefix: &str,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> Option<bool> {
+    let rest = field.strip_prefix(prefix)?;
+    if rest.is_empty() {
+        return Some(old == new);
+    }
+    let key = rest.strip_prefix('[')?.strip_suffix(']')?;
+    Some(old.get(key) == new.get(key))
+}
+
+/// The violation for an object the mutating webhook did not default: `decision` (the
+/// policies' allowing decision on `request`) would write another `extraOvdcNetworks` than the
+/// object has. Checked on CREATE and on an UPDATE that changes the NIC inputs (extra networks,
+/// zone, role, or the cluster), so a machine stored before defaulting existed is not blocked on
+/// metadata-only updates; never for an object being deleted. A validating webhook adds it, so
+/// a request that skipped or undid defaulting (another mutating webhook after nicpolicy's, a
+/// made-up `deletionTimestamp` that kept the mutating webhook out) cannot store the object.
+pub fn undefaulted(request: &Request, decision: &Decision) -> Option<Violation> {
+    let written = decision.extra_ovdc_networks.as_ref()?;
+    let machine = &request.machine;
+    if !decision.allowed || *written == machine.extra_ovdc_networks || request.is_deleting() {
+        return None;
+    }
+    let inputs_changed = match (&request.operation, &request.old_machine) {
+        (Operation::Update, Some(old)) => {
+            old.extra_ovdc_networks != machine.extra_ovdc_networks
+                || old.failure_domain != machine.failure_domain
+                || old.role != machine.role
+                || !request.same_cluster_as_stored
+        }
+        _ => true,
+    };
+    if !inputs_changed {
+        return None;
+    }
+    Some(Violation::new(
+        format!("{}.extraOvdcNetworks", request.kind.spec_path()),
+        Reason::Invalid,
+        format!(
+            "{UNDEFAULTED_PREFIX}: the policies' defaulting sets {written:?} here, the object has \
+             {:?}; create it through the mutating webhook (nicpolicy's \
+             MutatingWebhookConfiguration, reinvocationPolicy: IfNeeded) or write the list yourself",
+            machine.extra_ovdc_networks
+        ),
+    ))
 }
 
 /// The answer for an object being deleted whose evaluation failed with `failure`: allowed with
@@ -131,13 +276,21 @@ fn downgrade(decision: &mut Decision, prefix: &str, matches: impl Fn(&Violation)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::update;
     use crate::{capvcd, testing, Reason};
 
-    fn update(old: &[&str], new: &[&str]) -> Request {
-        let mut request = testing::worker(new);
-        request.operation = Operation::Update;
-        request.old_machine = Some(testing::worker(old).machine);
-        request
+    /// The violations of `d` but the CAPVCD policy's rule 7 (`Forbidden` on the list: the NICs
+    /// of a provisioned machine changed), which every UPDATE below that changes the list has.
+    fn besides_rule_7(d: &Decision) -> Vec<(&str, Reason)> {
+        let fields = testing::violation_fields(d);
+        assert!(
+            fields.contains(&("spec.extraOvdcNetworks", Reason::Forbidden)),
+            "rule 7 is never excused: {d:?}"
+        );
+        fields
+            .into_iter()
+            .filter(|(_, reason)| *reason != Reason::Forbidden)
+            .collect()
     }
 
     /// The CAPVCD rules settled as a host settles a policy's decision.
@@ -168,7 +321,7 @@ mod tests {
         ));
         assert!(!d.allowed);
         assert_eq!(
-            testing::violation_fields(&d),
+            besides_rule_7(&d),
             [("spec.extraOvdcNetworks[2]", Reason::Duplicate)]
         );
         assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
@@ -246,5 +399,145 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.starts_with(CLUSTER_UNKNOWN_PREFIX)));
+    }
+
+    #[test]
+    fn a_stored_violation_excuses_only_the_same_value() {
+        // Another unknown (here: duplicate) network put in the stored one's place is denied.
+        let d = settled(&update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "mgmt-net"],
+        ));
+        assert_eq!(
+            besides_rule_7(&d),
+            [("spec.extraOvdcNetworks[1]", Reason::Duplicate)]
+        );
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    }
+
+    #[test]
+    fn a_list_stored_too_long_cannot_grow() {
+        let names: Vec<String> = (0..14).map(|i| format!("ext-net-{i:02}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        // 11 extras kept as they are: excused.
+        let kept = settled(&update(&names[..11], &names[..11]));
+        assert!(kept.allowed, "{kept:?}");
+        // 11 -> 14: the count violation is on another value now.
+        let grown = settled(&update(&names[..11], &names));
+        assert!(!grown.allowed);
+        assert_eq!(
+            besides_rule_7(&grown),
+            [("spec.extraOvdcNetworks", Reason::TooMany)]
+        );
+    }
+
+    #[test]
+    fn the_first_known_cluster_and_a_change_of_cluster_are_judged_in_full() {
+        let same = update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "storage-net"],
+        );
+        assert!(settled(&same).allowed);
+        // The stored object named no cluster, or another one.
+        let mut first_known = same.clone();
+        first_known.same_cluster_as_stored = false;
+        let d = settled(&first_known);
+        assert!(!d.allowed && d.warnings.is_empty(), "{d:?}");
+        // The cluster is still unknown: nothing the stored object had was judged against it.
+        let mut unknown = same.clone();
+        unknown.cluster_unknown = true;
+        assert!(!settled(&unknown).allowed);
+        assert!(!may_ratchet(&unknown));
+    }
+
+    #[test]
+    fn a_machine_not_built_yet_a_zone_change_or_a_role_change_is_judged_in_full() {
+        let same = update(
+            &["storage-net", "storage-net"],
+            &["storage-net", "storage-net"],
+        );
+        let mut unbuilt = same.clone();
+        if let Some(old) = unbuilt.old_machine.as_mut() {
+            old.provider_id = None;
+        }
+        assert!(!settled(&unbuilt).allowed);
+        // A template builds no VM: its stored violations are excused without a providerID.
+        let mut template = unbuilt.clone();
+        template.kind = ObjectKind::VcdMachineTemplate;
+        assert!(may_ratchet(&template));
+        let mut zone = same.clone();
+        zone.machine.failure_domain = Some("eu1-az2".into());
+        assert!(!may_ratchet(&zone));
+        let mut role = same;
+        role.machine.role = crate::Role::ControlPlane;
+        assert!(!may_ratchet(&role));
+    }
+
+    #[test]
+    fn same_value_reads_every_kind_of_path() {
+        let mut request = update(
+            &["storage-net", "backup-net"],
+            &["storage-net", "workload-net"],
+        );
+        let old = request.old_machine.as_mut().unwrap();
+        old.annotations
+            .insert("nicpolicy.io/ip.storage-net".into(), "10.20.0.15".into());
+        request
+            .machine
+            .annotations
+            .insert("nicpolicy.io/ip.storage-net".into(), "10.20.0.16".into());
+        request
+            .machine
+            .labels
+            .insert("team".into(), "platform".into());
+        assert!(same_value(&request, "spec.extraOvdcNetworks[0]"));
+        assert!(!same_value(&request, "spec.extraOvdcNetworks[1]"));
+        assert!(!same_value(&request, "spec.extraOvdcNetworks"));
+        assert!(same_value(&request, "spec.failureDomain"));
+        assert!(!same_value(
+            &request,
+            "metadata.annotations[nicpolicy.io/ip.storage-net]"
+        ));
+        assert!(same_value(
+            &request,
+            "metadata.annotations[nicpolicy.io/ip.mgmt-net]"
+        ));
+        assert!(!same_value(&request, "metadata.labels"));
+        assert!(same_value(&request, "cluster.spec.ovdcNetwork"));
+        // An unknown path: the NIC inputs changed.
+        assert!(!same_value(&request, "spec.extraOvdcNetworks[x]"));
+        assert!(!same_value(&request, "spec.somethingElse"));
+    }
+
+    #[test]
+    fn a_create_with_a_deletion_timestamp_is_judged_like_any_other() {
+        let mut create = testing::worker(&["storage-net", "storage-net"]);
+        create.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
+        assert!(!create.is_deleting());
+        assert!(!settled(&create).allowed);
+    }
+
+    #[test]
+    fn validation_denies_a_list_defaulting_would_change() {
+        let mut defaulted = Decision::from_violations(Vec::new());
+        defaulted.extra_ovdc_networks = Some(vec!["storage-net".into()]);
+        let create = testing::worker(&[]);
+        let v = undefaulted(&create, &defaulted).expect("denied");
+        assert_eq!(v.field, "spec.extraOvdcNetworks");
+        assert!(v.message.starts_with(UNDEFAULTED_PREFIX), "{}", v.message);
+        // Defaulted already: nothing to say.
+        assert!(undefaulted(&testing::worker(&["storage-net"]), &defaulted).is_none());
+        // A metadata-only UPDATE of a machine stored before defaulting: not blocked.
+        let relabel = update(&[], &[]);
+        assert!(undefaulted(&relabel, &defaulted).is_none());
+        // An UPDATE that changes the list, or the first with a known cluster: checked.
+        assert!(undefaulted(&update(&["backup-net"], &[]), &defaulted).is_some());
+        let mut first_known = relabel.clone();
+        first_known.same_cluster_as_stored = false;
+        assert!(undefaulted(&first_known, &defaulted).is_some());
+        // Being deleted: never.
+        let mut deleting = update(&["backup-net"], &[]);
+        deleting.machine.deletion_timestamp = Some("2026-12-03T16:00:00Z".into());
+        assert!(undefaulted(&deleting, &defaulted).is_none());
     }
 }

@@ -322,6 +322,16 @@ pub fn cluster_name_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether `object` and `stored` (its stored version, on an UPDATE) both name a cluster
+/// ([`cluster_name_of`]) and it is the same one: what
+/// [`Request::same_cluster_as_stored`](crate::Request::same_cluster_as_stored) says.
+pub fn same_cluster(object: &Value, stored: &Value) -> bool {
+    match (cluster_name_of(object), cluster_name_of(stored)) {
+        (Some(name), Some(stored_name)) => name == stored_name,
+        _ => false,
+    }
+}
+
 /// Why a machine names no cluster, worded for the machine's kind.
 pub fn unnamed_cluster(kind: ObjectKind) -> String {
     let owner = match kind {

@@ -48,6 +48,14 @@ pub struct Request {
     /// UPDATE brings (which deny). Its decision is never the answer. Omitted when `false`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub baseline: bool,
+    /// Set by the host, never sent to a policy: on an UPDATE, the stored object named the same
+    /// Cluster API cluster as this one ([`crate::objects::cluster_name_of`]: the
+    /// `cluster.x-k8s.io/cluster-name` label, or a template's owner Cluster). Only then may the
+    /// violations the stored object had be excused ([`crate::lifecycle`]): a stored object
+    /// that named no cluster, or another one, was never judged against this cluster. `false`,
+    /// the default, never excuses anything.
+    #[serde(skip)]
+    pub same_cluster_as_stored: bool,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -69,6 +77,7 @@ impl Request {
             settings: _,
             cluster_unknown,
             baseline,
+            same_cluster_as_stored: _,
         } = self;
         RequestRef {
             operation: *operation,
@@ -97,7 +106,16 @@ impl Request {
             settings: self.settings.clone(),
             cluster_unknown: self.cluster_unknown,
             baseline: true,
+            same_cluster_as_stored: self.same_cluster_as_stored,
         })
+    }
+
+    /// Whether the object is being deleted: an UPDATE of an object with
+    /// `metadata.deletionTimestamp` set (CAPVCD removing its finalizer). On a CREATE the field
+    /// means nothing: kube-apiserver clears it before storing the object, so a CREATE that
+    /// carries one is judged like any other.
+    pub fn is_deleting(&self) -> bool {
+        self.operation == Operation::Update && self.machine.is_deleting()
     }
 }
 
@@ -229,7 +247,8 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Whether the object is being deleted (`metadata.deletionTimestamp` is set).
+    /// Whether the object carries `metadata.deletionTimestamp`. It counts only on an UPDATE:
+    /// use [`Request::is_deleting`] to judge a request.
     pub fn is_deleting(&self) -> bool {
         self.deletion_timestamp
             .as_deref()

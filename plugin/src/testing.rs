@@ -48,7 +48,23 @@ pub fn worker(extras: &[&str]) -> Request {
         settings: Value::Null,
         cluster_unknown: false,
         baseline: false,
+        same_cluster_as_stored: false,
     }
+}
+
+/// An UPDATE of the worker of [`worker`] from `old` extras to `new`, as the ratchet applies to
+/// it: provisioned (`spec.providerID` set before and after) and named by the same cluster.
+pub fn update(old: &[&str], new: &[&str]) -> Request {
+    const PROVIDER_ID: &str =
+        "vmware-cloud-director://urn:vcloud:vm:4a7f3c1e-9b2d-4e8a-a6f1-3d5c7b9e2f10";
+    let mut request = worker(new);
+    request.operation = Operation::Update;
+    request.machine.provider_id = Some(PROVIDER_ID.into());
+    let mut stored = worker(old).machine;
+    stored.provider_id = Some(PROVIDER_ID.into());
+    request.old_machine = Some(stored);
+    request.same_cluster_as_stored = true;
+    request
 }
 
 /// The same worker as a VCDMachineTemplate `prod-eu1-md-0` that names no cluster yet, as

@@ -265,6 +265,8 @@ impl Inputs {
                 settings: Value::Null,
                 cluster_unknown: cluster_unknown.is_some(),
                 baseline: false,
+                // A CREATE: nothing stored to excuse.
+                same_cluster_as_stored: false,
             }),
             cluster_unknown,
         }

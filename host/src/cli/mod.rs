@@ -6,6 +6,7 @@ pub mod controller;
 pub mod eval;
 pub mod export;
 pub mod inspect;
+pub mod log_writer;
 pub mod out;
 pub mod playground;
 pub mod policy_args;

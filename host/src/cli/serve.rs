@@ -77,13 +77,20 @@ pub(super) fn init_logging(args: &LogArgs) -> Result<()> {
         .with_context(|| format!("--log-level {filter:?}"))?;
     // Colour codes only on a terminal: in a pod's log they are noise, and a log line must not
     // carry escape sequences.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi);
     let result = match args.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
+        // Request data in a text line is written escaped (super::log_writer).
+        LogFormat::Text => builder
+            .with_writer(super::log_writer::EscapingStderr { ansi })
+            .try_init(),
     };
     result.map_err(|err| anyhow!("cannot set up logging: {err}"))
 }

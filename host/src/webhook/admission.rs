@@ -69,12 +69,15 @@ pub(super) fn read_review(
     review_request(&raw, generation)
 }
 
-/// Whether the review's object is being deleted (`metadata.deletionTimestamp` set).
+/// Whether the review's object is being deleted: an UPDATE of an object with
+/// `metadata.deletionTimestamp` set. A CREATE carrying the field is not (kube-apiserver clears
+/// it), so it cannot be used to slip past a rule.
 pub(super) fn deleting(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request
-        .object
-        .as_ref()
-        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
+    matches!(request.operation, kube::core::admission::Operation::Update)
+        && request
+            .object
+            .as_ref()
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
 }
 
 /// [`objects::fill_metadata`] from the review's request.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use json_patch::Patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::DynamicObject;
-use nicpolicy_plugin::lifecycle::unknown_cluster_warning;
+use nicpolicy_plugin::lifecycle::{self as lifecycle_rules, unknown_cluster_warning};
 use nicpolicy_plugin::{
     Cluster, Decision, Machine, ObjectKind, Operation as PolicyOperation, Request,
 };
@@ -30,7 +30,7 @@ use super::patch::{patch_operations, NicPlan};
 use super::policies::{Served, ServedPolicies};
 use super::warned;
 use crate::{Budget, ChainError, ChainEvaluation, PolicyChain};
-use nicpolicy_plugin::objects::{machine_from_object, CAPVCD_GROUP};
+use nicpolicy_plugin::objects::{machine_from_object, same_cluster, CAPVCD_GROUP};
 
 /// The two webhook endpoints of a kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +88,8 @@ struct Objects {
     kind: ObjectKind,
     machine: Machine,
     old_machine: Option<Machine>,
+    /// The stored object (on an UPDATE) names the same cluster as `object`.
+    same_cluster_as_stored: bool,
 }
 
 /// What [`Reviewer::judge`] found.
@@ -217,14 +219,15 @@ impl Reviewer {
             served.config.workers,
             waited.as_millis()
         );
+        // Never admitted unchecked, whatever onPolicyFailure says: a request can make the slots
+        // busy (by sending many). An object being deleted is never denied, not even unchecked.
         let answer = match read_review(body, served.generation) {
             Ok(request) => failure_answer(
                 &request,
-                // An object being deleted is never denied, not even unchecked.
                 if deleting(&request) {
                     FailureMode::Allow
                 } else {
-                    served.on_policy_failure()
+                    FailureMode::Deny
                 },
                 503,
                 "ServiceUnavailable",
@@ -283,8 +286,11 @@ impl Reviewer {
         let machine = &objects.machine;
         let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
         stages::mark(Stage::ObjectMapping);
-        // Defaulting an object that is being deleted helps nobody: leave it alone.
-        if endpoint == Endpoint::Mutate && machine.is_deleting() {
+        // Defaulting an object that is being deleted helps nobody: leave it alone. Only an
+        // UPDATE can be one: kube-apiserver clears the field of a CREATE after defaulting, so
+        // a CREATE carrying it is defaulted like any other.
+        let being_deleted = request.operation == Operation::Update && machine.is_deleting();
+        if endpoint == Endpoint::Mutate && being_deleted {
             return Err(allow(&request, None, Vec::new(), &served));
         }
         let mut warnings = Vec::new();
@@ -312,6 +318,7 @@ impl Reviewer {
             settings: Value::Null,
             cluster_unknown,
             baseline: false,
+            same_cluster_as_stored: objects.same_cluster_as_stored,
         };
         stages::mark(Stage::RequestBuild);
         Ok(Job {
@@ -368,9 +375,16 @@ impl Reviewer {
                 .unwrap_or_default();
             let message = format!("no policy is configured for {} in {config}", kind.as_str());
             self.reject("not_served", &message);
+            // A kind the webhook is registered for but serves no chain is never admitted
+            // unchecked (the configuration is at fault, not the policy); a deletion still
+            // finishes.
             return Err(failure_answer(
                 request,
-                served.on_policy_failure(),
+                if deleting(request) {
+                    FailureMode::Allow
+                } else {
+                    FailureMode::Deny
+                },
                 500,
                 "InternalError",
                 &message,
@@ -400,25 +414,31 @@ impl Reviewer {
         })?;
         fill_metadata(&mut object, request);
         let (kind, machine) = read_machine(&object, "request.object").map_err(bad_request)?;
-        let old_machine = match request.operation {
+        let (old_machine, same_cluster_as_stored) = match request.operation {
             Operation::Update => {
                 let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
                         bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
                     })?;
                 fill_metadata(&mut old, request);
-                Some(
-                    read_machine(&old, "request.oldObject")
-                        .map_err(bad_request)?
-                        .1,
-                )
+                let (old_kind, old_machine) =
+                    read_machine(&old, "request.oldObject").map_err(bad_request)?;
+                if old_kind != kind {
+                    return Err(bad_request(format!(
+                        "request.oldObject is a {}, but request.object a {}",
+                        old_kind.as_str(),
+                        kind.as_str()
+                    )));
+                }
+                (Some(old_machine), same_cluster(&object, &old))
             }
-            _ => None,
+            _ => (None, false),
         };
         Ok(Objects {
             object,
             kind,
             machine,
             old_machine,
+            same_cluster_as_stored,
         })
     }
 
@@ -449,7 +469,8 @@ impl Reviewer {
             Err(err) => err,
         };
         let message = format!("cannot check the networks of {display}: {err}");
-        let mode = if objects.machine.is_deleting() {
+        let deleting = request.operation == Operation::Update && objects.machine.is_deleting();
+        let mode = if deleting {
             UnknownClusterMode::CheckWithoutCluster
         } else {
             served.on_unknown_cluster()
@@ -579,7 +600,20 @@ impl Reviewer {
     }
 
     fn validated(&self, job: &Job, evaluation: &ChainEvaluation) -> Answer {
-        let decision = &evaluation.decision;
+        // The object is judged as it is: a list the chain's defaulting would change was not
+        // defaulted (the mutating webhook skipped or undone), and is denied.
+        let undefaulted = lifecycle_rules::undefaulted(&job.policy, &evaluation.decision);
+        let with_violation;
+        let decision = match undefaulted {
+            Some(violation) => {
+                let mut denied = evaluation.decision.clone();
+                denied.violations.push(violation);
+                denied.allowed = false;
+                with_violation = denied;
+                &with_violation
+            }
+            None => &evaluation.decision,
+        };
         let mut warnings = job.warnings.clone();
         warnings.extend(decision.warnings.iter().cloned());
         warnings.extend(warned::validation_warnings(

@@ -178,7 +178,6 @@ fn decide(
         }
     };
     let name = machine.name.clone();
-    let deleting = machine.is_deleting();
     let request_for_policy = Request {
         operation,
         kind: object_kind,
@@ -189,12 +188,23 @@ fn decide(
         settings: settings.policy.clone(),
         cluster_unknown,
         baseline: false,
+        same_cluster_as_stored: operation == Operation::Update
+            && objects::same_cluster(&request.object, &request.old_object),
     };
+    let deleting = request_for_policy.is_deleting();
     // Deletions, unknown clusters and ratcheted updates, as nicpolicy's host judges them.
     let mut decision = (policy.evaluate)(&request_for_policy);
     lifecycle::settle(&request_for_policy, &mut decision, |stored| {
         Some((policy.evaluate)(stored))
     });
+    // Deployed to validate only, the build judges the object as it is, as nicpolicy's
+    // validating webhook does: a list its own defaulting would change is denied.
+    if !settings.mutating {
+        if let Some(violation) = lifecycle::undefaulted(&request_for_policy, &decision) {
+            decision.violations.push(violation);
+            decision.allowed = false;
+        }
+    }
     warnings.extend(std::mem::take(&mut decision.warnings));
     if !decision.allowed {
         return answer(

@@ -1,7 +1,9 @@
 //! Admission that never blocks a cluster's lifecycle, against a real kube-apiserver: a stock
 //! clusterctl manifest in one `kubectl apply` (templates before their cluster, without cluster
 //! labels), machines of a cluster not known yet, a stored machine that breaks the policy being
-//! relabelled and deleted, and requests too large for the policy under both failure modes.
+//! relabelled and deleted, requests too large for the policy under both failure modes, and the
+//! paths a tenant could take around the decision (a cluster label added or changed later, a
+//! made-up `deletionTimestamp` on CREATE).
 
 use nicpolicy_e2e::fixtures::{
     self, cluster_namespace, create, get, namespace, plan_networks, refusal, worker,
@@ -267,4 +269,163 @@ async fn a_request_whose_size_makes_the_policy_fail_is_denied_under_both_failure
             .await
             .is_none());
     }
+}
+
+const PROVIDER_ID: &str =
+    "vmware-cloud-director://urn:vcloud:vm:9d3e2a7c-1b5f-4c8e-a2d6-7f0b3c9e1a54";
+
+/// `kubectl label` of VCDMachine `name` in `namespace` (`--overwrite` for an existing key).
+fn label(
+    kubectl: &nicpolicy_e2e::Kubectl,
+    namespace: &str,
+    name: &str,
+    label: &str,
+) -> nicpolicy_e2e::kubectl::Output {
+    kubectl.run(&[
+        "label",
+        "--overwrite",
+        "vcdmachine",
+        "-n",
+        namespace,
+        name,
+        label,
+    ])
+}
+
+#[tokio::test]
+async fn a_cluster_label_added_or_changed_later_is_judged_in_full() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    namespace(&kubectl, "prod-eu9");
+    // Two clusters in one namespace: prod-eu9 (primary mgmt-net) and prod-eu9-dmz, whose
+    // primary is ext-dmz-net, a network workers may list as an extra elsewhere.
+    kubectl.apply(&fixtures::cluster("prod-eu9", "prod-eu9", "mgmt-net"));
+    kubectl.apply(&fixtures::cluster(
+        "prod-eu9",
+        "prod-eu9-dmz",
+        "ext-dmz-net",
+    ));
+    let _webhook = Webhook::registered(&plane, "binding").await;
+
+    // Created without its cluster label (provisioned, as a tenant may write it): checked
+    // without the cluster, admitted with a warning.
+    let mut machine = worker(
+        "prod-eu9",
+        "prod-eu9-md-0-n4v7c",
+        None,
+        Some(&["ext-dmz-net"]),
+    );
+    machine["spec"]["providerID"] = json!(PROVIDER_ID);
+    let created = kubectl.run_with(&["create", "-f", "-"], Some(&machine.to_string()));
+    assert!(created.success, "{}", created.stderr);
+    assert!(
+        created.stderr.contains("checked without its cluster"),
+        "{}",
+        created.stderr
+    );
+    // The UPDATE that names the cluster is the first judged against it: the primary listed
+    // again is denied, not excused as pre-existing.
+    let named = label(
+        &kubectl,
+        "prod-eu9",
+        "prod-eu9-md-0-n4v7c",
+        "cluster.x-k8s.io/cluster-name=prod-eu9-dmz",
+    );
+    eprintln!("kubectl printed:\n{}", named.stderr.trim());
+    assert!(
+        !named.success,
+        "the label naming a stricter cluster was admitted"
+    );
+    assert!(
+        named.stderr.contains("spec.extraOvdcNetworks[0]"),
+        "{}",
+        named.stderr
+    );
+    assert!(!named.stderr.contains("pre-existing"), "{}", named.stderr);
+
+    // A machine of prod-eu9, where the list is fine, moved to prod-eu9-dmz: denied too.
+    let mut machine = worker(
+        "prod-eu9",
+        "prod-eu9-md-0-h6r2m",
+        Some("prod-eu9"),
+        Some(&["ext-dmz-net"]),
+    );
+    machine["spec"]["providerID"] = json!(PROVIDER_ID);
+    kubectl.apply(&machine.to_string());
+    let moved = label(
+        &kubectl,
+        "prod-eu9",
+        "prod-eu9-md-0-h6r2m",
+        "cluster.x-k8s.io/cluster-name=prod-eu9-dmz",
+    );
+    assert!(
+        !moved.success,
+        "moving the machine to a stricter cluster was admitted"
+    );
+    assert!(
+        moved.stderr.contains("spec.extraOvdcNetworks[0]"),
+        "{}",
+        moved.stderr
+    );
+    // Relabelling it without touching its cluster stays fine.
+    let relabelled = label(
+        &kubectl,
+        "prod-eu9",
+        "prod-eu9-md-0-h6r2m",
+        "topology.example.net/rack=r07",
+    );
+    assert!(relabelled.success, "{}", relabelled.stderr);
+}
+
+#[tokio::test]
+async fn a_create_with_a_made_up_deletion_timestamp_is_stored_defaulted() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    cluster_namespace(&kubectl, "prod-eu10");
+    let _webhook = Webhook::registered(&plane, "fake-deletion").await;
+
+    // A worker listing nothing, created with a deletionTimestamp of its own making.
+    let mut machine = worker(
+        "prod-eu10",
+        "prod-eu10-md-0-f8d2k",
+        Some("prod-eu10"),
+        Some(&[]),
+    );
+    machine["metadata"]["deletionTimestamp"] = json!("2026-12-04T09:00:00Z");
+    let created = kubectl.run_with(&["create", "-f", "-"], Some(&machine.to_string()));
+    assert!(created.success, "{}", created.stderr);
+    // kube-apiserver cleared the field on CREATE; the mutating webhook was called all the
+    // same (matchConditions: oldObject == null) and defaulted the list.
+    let client = plane.client().await;
+    let stored = get(&client, "prod-eu10", "VCDMachine", "prod-eu10-md-0-f8d2k")
+        .await
+        .expect("created");
+    assert!(
+        stored["metadata"].get("deletionTimestamp").is_none(),
+        "{stored}"
+    );
+    assert_eq!(
+        fixtures::extras(&stored),
+        ["storage-net", "workload-net"],
+        "stored undefaulted: {stored}"
+    );
+    assert_eq!(
+        plan_networks(&stored),
+        ["mgmt-net", "storage-net", "workload-net"]
+    );
+    // And a rule it breaks denies it: the field does not make a CREATE a deletion.
+    let mut duplicate = worker(
+        "prod-eu10",
+        "prod-eu10-md-0-d2q5w",
+        Some("prod-eu10"),
+        Some(&["storage-net", "storage-net"]),
+    );
+    duplicate["metadata"]["deletionTimestamp"] = json!("2026-12-04T09:00:00Z");
+    let refused = kubectl.run_with(&["create", "-f", "-"], Some(&duplicate.to_string()));
+    assert!(!refused.success, "a duplicate network was admitted");
+    assert!(
+        refused.stderr.contains("spec.extraOvdcNetworks[1]"),
+        "{}",
+        refused.stderr
+    );
 }
