@@ -53,7 +53,8 @@ impl From<ManifestError> for InputError {
             ManifestError::Field { path, field, .. } => (path, None, None, Some(field)),
             ManifestError::Read { path, .. }
             | ManifestError::Missing { path, .. }
-            | ManifestError::Ambiguous { path, .. } => (path, None, None, None),
+            | ManifestError::Ambiguous { path, .. }
+            | ManifestError::TooLarge { path } => (path, None, None, None),
         };
         InputError {
             input: path.display().to_string(),

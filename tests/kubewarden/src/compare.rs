@@ -143,7 +143,15 @@ pub fn objects(case: &Case) -> (Value, Option<Value>, Cluster) {
         object
     };
     let machine = label(&case.objects.machine);
-    let old = case.objects.old.as_ref().map(label);
+    // The stored machine gets the label only when nicpolicy judged both against the same
+    // cluster: a case about a label added later keeps its stored machine unlabelled.
+    let old = case.objects.old.as_ref().map(|old| {
+        if case.request.same_cluster_as_stored {
+            label(old)
+        } else {
+            with_namespace(old.clone(), &namespace)
+        }
+    });
     let has_cluster = cluster_objects.iter().any(|object| {
         object.get("kind").and_then(Value::as_str) == Some("Cluster")
             && object.pointer("/metadata/name").and_then(Value::as_str) == Some(owner.as_str())
