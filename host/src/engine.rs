@@ -178,10 +178,7 @@ impl Host {
     /// # Errors
     /// [`LoadError::Read`] when the file cannot be read; otherwise as for [`Host::load`].
     pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
-        let bytes = std::fs::read(path).map_err(|error| LoadError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let bytes = crate::inspect::read_module(path)?;
         self.load(&bytes, options)
     }
 }

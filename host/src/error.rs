@@ -35,6 +35,10 @@ pub enum LoadError {
         /// The limit.
         limit: u64,
     },
+    /// The module's memories are not one unshared 32-bit memory, which is all the host's
+    /// memory limit can bound as a whole (docs/abi.md).
+    #[error("the module has {0}; a policy has one linear memory, 32-bit and not shared (the host's memory limit bounds exactly that)")]
+    Memory(String),
     /// The bytes are not a WebAssembly binary module.
     #[error("not a WebAssembly module: {0}")]
     NotWasm(String),

@@ -174,6 +174,64 @@ fn not_wasm_hint(bytes: &[u8]) -> &'static str {
     }
 }
 
+/// The bytes of a policy module file, read no further than [`MAX_MODULE_BYTES`] (a pipe or a
+/// device is not read on without end).
+///
+/// # Errors
+/// [`LoadError::Read`] when it cannot be read, [`LoadError::TooLarge`] when it is over the
+/// bound.
+pub fn read_module(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
+    use crate::files::{read_at_most, BoundedReadError};
+    match read_at_most(path, MAX_MODULE_BYTES as u64) {
+        Ok(bytes) => Ok(bytes),
+        Err(BoundedReadError::Io(error)) => Err(LoadError::Read {
+            path: path.to_path_buf(),
+            error,
+        }),
+        Err(BoundedReadError::Over { at_least }) => {
+            // A native library is named as one, however large: its first bytes say so.
+            if let Ok(head) = read_at_most_head(path) {
+                if !head.starts_with(b"\0asm") {
+                    return inspect(&head).map(|_| head);
+                }
+            }
+            Err(LoadError::TooLarge {
+                size: usize::try_from(at_least).unwrap_or(usize::MAX),
+                limit: MAX_MODULE_BYTES,
+            })
+        }
+    }
+}
+
+/// Refuses memories the host's limit cannot bound as a whole: a second memory grows beside the
+/// limited one, a shared memory outlives the instance, a 64-bit one is not what the ABI's
+/// pointers address. A module without a memory is refused later, by its missing export.
+fn check_memories(memories: &[wasmparser::MemoryType]) -> Result<(), LoadError> {
+    if memories.len() > 1 {
+        return Err(LoadError::Memory(format!(
+            "{} linear memories (imported and defined)",
+            memories.len()
+        )));
+    }
+    if let Some(memory) = memories.first() {
+        if memory.memory64 {
+            return Err(LoadError::Memory("a 64-bit memory".to_string()));
+        }
+        if memory.shared {
+            return Err(LoadError::Memory("a shared memory".to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// The first bytes of a file, enough to tell what it is.
+fn read_at_most_head(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)?.take(64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
 /// Reads a module's metadata, imports and exports. Refuses what is not a core Wasm module.
 pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     // The magic first: a native library is named as one, however large.
@@ -199,6 +257,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     let mut kubewarden_metadata = None;
     let mut raw_exports = Vec::new();
     let mut code = CodeShape::default();
+    let mut memories = Vec::new();
 
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
@@ -228,7 +287,10 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                             funcs.push(index);
                             lookup(&types, index)?
                         }
-                        TypeRef::Memory(_) => ItemType::Memory,
+                        TypeRef::Memory(memory) => {
+                            memories.push(memory);
+                            ItemType::Memory
+                        }
                         TypeRef::Table(_) => ItemType::Table,
                         TypeRef::Global(_) => ItemType::Global,
                         TypeRef::Tag(_) => ItemType::Tag,
@@ -238,6 +300,11 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                         name: import.name.to_string(),
                         ty,
                     });
+                }
+            }
+            Payload::MemorySection(reader) => {
+                for memory in reader {
+                    memories.push(memory.map_err(invalid)?);
                 }
             }
             Payload::FunctionSection(reader) => {
@@ -275,6 +342,8 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
             _ => {}
         }
     }
+
+    check_memories(&memories)?;
 
     for (name, kind, index) in raw_exports {
         let ty = match kind {
@@ -490,6 +559,36 @@ mod tests {
         assert_eq!(info.exports.len(), 5);
         assert_eq!(info.sha256.len(), 64);
         info.check_abi().unwrap();
+    }
+
+    #[test]
+    fn refuses_memories_the_limit_cannot_bound() {
+        let two = GOOD.replace(
+            r#"(memory (export "memory") 1)"#,
+            r#"(memory (export "memory") 1) (memory $scratch 1)"#,
+        );
+        let imported = GOOD.replace(
+            r#"(import "nicpolicy" "log" (func (param i32 i32 i32)))"#,
+            r#"(import "nicpolicy" "log" (func (param i32 i32 i32))) (import "env" "m" (memory 1))"#,
+        );
+        let wide = GOOD.replace(
+            r#"(memory (export "memory") 1)"#,
+            r#"(memory (export "memory") i64 1)"#,
+        );
+        let shared = GOOD.replace(
+            r#"(memory (export "memory") 1)"#,
+            r#"(memory (export "memory") 1 2 shared)"#,
+        );
+        for (text, want) in [
+            (two, "2 linear memories"),
+            (imported, "2 linear memories"),
+            (wide, "a 64-bit memory"),
+            (shared, "a shared memory"),
+        ] {
+            let err = inspect(&module(&text)).unwrap_err();
+            assert!(matches!(err, LoadError::Memory(_)), "{err}");
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 
     #[test]

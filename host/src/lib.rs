@@ -82,6 +82,7 @@ pub mod chain;
 pub mod controller;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod inspect;
 pub mod kubewarden;
 pub mod lifecycle;

@@ -62,6 +62,12 @@ pub enum ManifestError {
         /// The kinds present.
         found: String,
     },
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("{}: the file is over the {}-MiB limit of a manifest; split it", path.display(), MAX_FILE_BYTES >> 20)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
     /// Several candidate objects and no way to choose.
     #[error("{}: {count} {kind} objects ({names}); {hint}", path.display())]
     Ambiguous {
@@ -110,6 +116,19 @@ impl Object {
     }
 }
 
+/// Largest manifest, settings, inventory, case or configuration file read, in bytes: a
+/// `kubectl get vcdmachines -A -o yaml` of several thousand machines fits.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Most nodes (scalars, sequences, mappings) a YAML file of `len` bytes may expand to, aliases
+/// included: twice its size plus a little. A document without aliases has fewer nodes than
+/// bytes, so this only stops alias expansion, which `serde_yaml_ng` bounds for nesting
+/// (exponential) but not for breadth (one anchor of 3,000 items aliased 3,000 times is 9
+/// million nodes from 15 KB).
+pub fn max_yaml_nodes(len: usize) -> usize {
+    len.saturating_mul(2).saturating_add(10_000)
+}
+
 /// All the objects in a manifest file.
 #[derive(Clone, Debug)]
 pub struct ManifestFile {
@@ -122,15 +141,18 @@ pub struct ManifestFile {
 impl ManifestFile {
     /// Reads and parses a file.
     pub fn read(path: &Path) -> Result<ManifestFile, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let text = read_text(path)?;
         Self::parse(path, &text)
     }
 
     /// Parses text as the content of `path` (YAML, JSON, several documents allowed).
     pub fn parse(path: &Path, text: &str) -> Result<ManifestFile, ManifestError> {
+        // Text pasted into the playground comes here without passing `read_text`.
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(ManifestError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
         let documents = parse_documents(path, text)?;
         Self::from_documents(path, documents)
     }
@@ -378,19 +400,162 @@ fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError>
         }
         return Ok(values);
     }
+    let yaml_error = |err: serde_yaml_ng::Error| {
+        let at = err.location();
+        syntax(
+            at.as_ref().map(|l| l.line()),
+            at.as_ref().map(|l| l.column()),
+            strip_position(&err.to_string()),
+        )
+    };
+    // Counted first, without building anything: a file whose aliases expand past the bound is
+    // refused before it can take memory or time.
+    let mut budget = NodeBudget {
+        left: max_yaml_nodes(text.len()),
+        limit: max_yaml_nodes(text.len()),
+    };
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
+        serde::de::DeserializeSeed::deserialize(Counted(&mut budget), document)
+            .map_err(yaml_error)?;
+    }
     let mut values = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(document).map_err(|err| {
-            let at = err.location();
-            syntax(
-                at.as_ref().map(|l| l.line()),
-                at.as_ref().map(|l| l.column()),
-                strip_position(&err.to_string()),
-            )
-        })?;
-        values.push(value);
+        values.push(Value::deserialize(document).map_err(yaml_error)?);
     }
     Ok(values)
+}
+
+/// Reads `path` as UTF-8 text of at most [`MAX_FILE_BYTES`], without reading past the limit
+/// (a file that grows, a pipe, a device).
+pub fn read_text(path: &Path) -> Result<String, ManifestError> {
+    let read_error = |error| ManifestError::Read {
+        path: path.to_path_buf(),
+        error,
+    };
+    let bytes = match crate::files::read_at_most(path, MAX_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(crate::files::BoundedReadError::Io(error)) => return Err(read_error(error)),
+        Err(crate::files::BoundedReadError::Over { .. }) => {
+            return Err(ManifestError::TooLarge {
+                path: path.to_path_buf(),
+            })
+        }
+    };
+    String::from_utf8(bytes).map_err(|err| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (at byte {})",
+                err.utf8_error().valid_up_to()
+            ),
+        ))
+    })
+}
+
+/// What is left of the nodes a YAML file may expand to.
+struct NodeBudget {
+    left: usize,
+    limit: usize,
+}
+
+/// Walks one YAML document as serde sees it (aliases replayed) and counts its nodes against
+/// the budget, building nothing; stops with an error at the node that goes over.
+struct Counted<'a>(&'a mut NodeBudget);
+
+impl Counted<'_> {
+    fn take<E: serde::de::Error>(&mut self) -> Result<(), E> {
+        match self.0.left.checked_sub(1) {
+            Some(left) => {
+                self.0.left = left;
+                Ok(())
+            }
+            None => Err(E::custom(format!(
+                "the file expands to more than {} nodes with its YAML aliases replayed, the \
+                 bound for a file of its size (an anchor aliased this often is no manifest)",
+                self.0.limit
+            ))),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Counted<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Counted<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(mut self, _: bool) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_i64<E: serde::de::Error>(mut self, _: i64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_u64<E: serde::de::Error>(mut self, _: u64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_f64<E: serde::de::Error>(mut self, _: f64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_str<E: serde::de::Error>(mut self, _: &str) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_bytes<E: serde::de::Error>(mut self, _: &[u8]) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_none<E: serde::de::Error>(mut self) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_unit<E: serde::de::Error>(mut self) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, deserializer)
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<(), D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, deserializer)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.take()?;
+        while seq.next_element_seed(Counted(&mut *self.0))?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.take()?;
+        while map.next_key_seed(Counted(&mut *self.0))?.is_some() {
+            map.next_value_seed(Counted(&mut *self.0))?;
+        }
+        Ok(())
+    }
+
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(mut self, data: A) -> Result<(), A::Error> {
+        // A tagged node (`!tag value`): the tag and its value.
+        self.take()?;
+        let ((), variant) = data.variant_seed(Counted(&mut *self.0))?;
+        serde::de::VariantAccess::newtype_variant_seed(variant, Counted(self.0))
+    }
 }
 
 /// Drops the parser's own "at line X column Y" (the error shows `file:line:column`).

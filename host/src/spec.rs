@@ -258,12 +258,7 @@ impl<'h> ChainLoader<'h> {
         if let Some(bytes) = self.files.get(path) {
             return Ok(bytes.clone());
         }
-        let bytes: Arc<[u8]> = std::fs::read(path)
-            .map_err(|error| LoadError::Read {
-                path: path.clone(),
-                error,
-            })?
-            .into();
+        let bytes: Arc<[u8]> = crate::inspect::read_module(path)?.into();
         self.files.insert(path.clone(), bytes.clone());
         Ok(bytes)
     }

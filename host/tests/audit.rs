@@ -301,7 +301,8 @@ fn unreadable_files_are_named_without_stopping_the_run() {
         "{text}"
     );
     assert!(text.contains("Files not read:"), "{text}");
-    assert!(text.contains("values.yaml:1"), "{text}");
+    // The template's `{{` opens a flow mapping that never closes: the parser's own position.
+    assert!(text.contains("values.yaml:2:1"), "{text}");
 }
 
 #[test]

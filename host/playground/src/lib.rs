@@ -19,6 +19,9 @@
 //! const { machines, errors } = JSON.parse(readManifests(clusterYaml, machinesYaml, inventoryYaml));
 //! ```
 
+#[path = "../../src/files.rs"]
+#[allow(dead_code)]
+mod files;
 #[path = "../../src/manifest.rs"]
 // The page reads text, never files: the file-reading half of the module, and what it re-exports
 // for the host's users, go unused here.

@@ -26,7 +26,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
     let (label, bytes) = match &args.file {
         Some(path) => (
             path.display().to_string(),
-            std::fs::read(path)
+            nicpolicy::inspect::read_module(path)
                 .with_context(|| format!("{}: cannot read", path.display()))
                 .map_err(usage)?,
         ),

@@ -101,8 +101,7 @@ fn read_inputs(args: &ReviewArgs) -> Result<(ServeConfig, StaticClusters, Object
         _ => bail!("review runs without a Kubernetes API: pass --clusters FILE with the machine's Cluster and VCDCluster"),
     };
     let clusters = StaticClusters::read(&files)?;
-    let text = std::fs::read_to_string(&args.request)
-        .with_context(|| format!("{}: cannot read", args.request.display()))?;
+    let text = nicpolicy::manifest::read_text(&args.request)?;
     // YAML is accepted for hand-written requests; the server itself only takes JSON.
     let value = nicpolicy::manifest::ManifestFile::parse(&args.request, &text)?
         .objects

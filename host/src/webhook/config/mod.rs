@@ -288,10 +288,7 @@ impl ServeConfig {
     /// # Errors
     /// A [`ConfigError`] naming the file and, where there is one, the field at fault.
     pub fn read(path: &Path) -> Result<ServeConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let text = crate::manifest::read_text(path)?;
         Self::parse(path, &text)
     }
 
