@@ -205,11 +205,12 @@ pub fn read_module(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
 
 /// Refuses memories the host's limit cannot bound as a whole: a second memory grows beside the
 /// limited one, a shared memory outlives the instance, a 64-bit one is not what the ABI's
-/// pointers address. A module without a memory is refused later, by its missing export.
+/// pointers address. A module without a memory is refused later, by its missing export; an
+/// imported one by the ABI check, as a forbidden import.
 fn check_memories(memories: &[wasmparser::MemoryType]) -> Result<(), LoadError> {
     if memories.len() > 1 {
         return Err(LoadError::Memory(format!(
-            "{} linear memories (imported and defined)",
+            "{} linear memories",
             memories.len()
         )));
     }
@@ -287,10 +288,8 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                             funcs.push(index);
                             lookup(&types, index)?
                         }
-                        TypeRef::Memory(memory) => {
-                            memories.push(memory);
-                            ItemType::Memory
-                        }
+                        // Refused as a forbidden import by the ABI check, which names it.
+                        TypeRef::Memory(_) => ItemType::Memory,
                         TypeRef::Table(_) => ItemType::Table,
                         TypeRef::Global(_) => ItemType::Global,
                         TypeRef::Tag(_) => ItemType::Tag,
@@ -581,7 +580,6 @@ mod tests {
         );
         for (text, want) in [
             (two, "2 linear memories"),
-            (imported, "2 linear memories"),
             (wide, "a 64-bit memory"),
             (shared, "a shared memory"),
         ] {
@@ -589,6 +587,15 @@ mod tests {
             assert!(matches!(err, LoadError::Memory(_)), "{err}");
             assert!(err.to_string().contains(want), "{err}");
         }
+        // An imported memory is refused by the ABI check, which names the import.
+        let err = inspect(&module(&imported))
+            .unwrap()
+            .check_abi()
+            .unwrap_err();
+        assert!(
+            matches!(&err, LoadError::ForbiddenImport { module, name, .. } if module == "env" && name == "m"),
+            "{err}"
+        );
     }
 
     #[test]
