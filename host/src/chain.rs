@@ -24,6 +24,12 @@
 //!   failure of theirs does not stop the chain. Their messages always carry the `[name] `
 //!   prefix, even in a chain of one.
 //!
+//! - **What the provisioner will not build** ([`PolicyChain::with_provisioner`]): each field of
+//!   the final NIC plan that the provisioner does not apply is added last, as a warning or (with
+//!   [`OnUnapplied::Deny`]) a violation, by [`nicpolicy_plugin::provisioner::report`]. A chain
+//!   made by [`PolicyChain::new`] has no provisioner and reports nothing: the policies' own
+//!   decisions, as case files state them.
+//!
 //! Logs are kept per policy ([`ChainEvaluation::steps`]) and together in chain order
 //! ([`ChainEvaluation::logs`], prefixed like the messages).
 
@@ -31,6 +37,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use nicpolicy_plugin::provisioner::{self, OnUnapplied, Provisioner};
 use nicpolicy_plugin::{Decision, Request, Violation};
 use serde_json::Value;
 
@@ -47,6 +56,8 @@ pub struct PolicyChain {
     policies: Vec<Policy>,
     /// The mode of each policy, same length.
     modes: Vec<Mode>,
+    /// Who builds the planned NICs, and what to do with a field it will not apply.
+    provisioner: Option<Arc<(Provisioner, OnUnapplied)>>,
 }
 
 /// Why a chain produced no decision: one policy failed, and the chain stopped there.
@@ -177,7 +188,24 @@ impl PolicyChain {
         PolicyChain {
             policies: vec![first],
             modes: vec![Mode::Enforce],
+            provisioner: None,
         }
+    }
+
+    /// This chain reporting each field of its NIC plan that `provisioner` will not apply, as
+    /// `on_unapplied` says (see the [module documentation](self)).
+    pub fn with_provisioner(
+        mut self,
+        provisioner: Provisioner,
+        on_unapplied: OnUnapplied,
+    ) -> PolicyChain {
+        self.provisioner = Some(Arc::new((provisioner, on_unapplied)));
+        self
+    }
+
+    /// The provisioner this chain reports against, if any.
+    pub fn provisioner(&self) -> Option<(&Provisioner, OnUnapplied)> {
+        self.provisioner.as_deref().map(|(p, on)| (p, *on))
     }
 
     /// This chain with `next` evaluated after the policies already in it.
@@ -246,6 +274,7 @@ impl PolicyChain {
                 .map(|p| p.with_max_input_bytes(bytes))
                 .collect(),
             modes: self.modes.clone(),
+            provisioner: self.provisioner.clone(),
         }
     }
 
@@ -259,6 +288,7 @@ impl PolicyChain {
         Ok(PolicyChain {
             policies,
             modes: self.modes.clone(),
+            provisioner: self.provisioner.clone(),
         })
     }
 
@@ -376,6 +406,9 @@ impl PolicyChain {
             });
         }
         combined.extra_ovdc_networks = written;
+        if let Some((provisioner, on_unapplied)) = self.provisioner() {
+            provisioner::report(provisioner, on_unapplied, request, &mut combined);
+        }
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,

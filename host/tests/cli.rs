@@ -90,6 +90,77 @@ fn eval_json_output_is_the_decision() {
 }
 
 #[test]
+fn eval_says_which_plan_fields_capvcd_will_not_apply() {
+    // examples/settings.yaml puts storage-net on DHCP; stock CAPVCD builds every NIC as POOL.
+    let mut args = EXAMPLE.to_vec();
+    args.extend(["--settings", "examples/settings.yaml"]);
+    let out = nicpolicy(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("1 "))
+        .expect("NIC 1 row");
+    assert!(row.contains("DHCP*") && !row.contains("VMXNET3*"), "{text}");
+    assert!(
+        text.contains("* not built as planned: CAPVCD builds it otherwise")
+            && text.contains(
+                "nicpolicy: not built as planned: NIC 1 (storage-net): ipAllocationMode DHCP \
+                 is not applied: CAPVCD builds POOL"
+            ),
+        "{text}"
+    );
+
+    let mut json = args.clone();
+    json.extend(["-o", "json"]);
+    let out = nicpolicy(&json);
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(decision["unapplied"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        decision["unapplied"][0]["objectField"],
+        "spec.extraOvdcNetworks[0]"
+    );
+    assert_eq!(decision["unapplied"][0]["field"], "ipAllocationMode");
+
+    // A denial when the site asks for one, on the field that made the NIC.
+    let mut deny = json.clone();
+    deny.extend(["--on-unapplied", "deny"]);
+    let out = nicpolicy(&deny);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        decision["violations"][0]["field"],
+        "spec.extraOvdcNetworks[0]"
+    );
+    assert_eq!(decision["violations"][0]["reason"], "NotSupported");
+
+    // A provisioner that applies IP modes: nothing to report.
+    let mut site = json.clone();
+    site.extend([
+        "--provisioner",
+        "capvcd-eu1",
+        "--provisioner-applies",
+        "ipAllocationMode",
+    ]);
+    let out = nicpolicy(&site);
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(decision.get("unapplied").is_none(), "{decision}");
+    assert_eq!(decision["warnings"], serde_json::json!([]));
+
+    // Without the settings the plan is what CAPVCD builds.
+    let out = nicpolicy(&EXAMPLE);
+    assert!(!stdout(&out).contains("not built as planned"));
+
+    let bad = nicpolicy(&[&args[..], &["--provisioner-applies", "macAddress"]].concat());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("\"macAddress\" is not a plan field"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
 fn invalid_machine_is_denied_with_each_field_named() {
     let out = nicpolicy(&[
         "eval",

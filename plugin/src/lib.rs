@@ -49,6 +49,8 @@ pub mod lifecycle;
 pub mod mutation;
 #[cfg(feature = "objects")]
 pub mod objects;
+#[cfg(feature = "lifecycle")]
+pub mod provisioner;
 pub mod schema;
 pub mod settings;
 pub mod testing;

@@ -291,6 +291,30 @@ test("a chain: settings are checked by their policy, violations carry the policy
   await page.close();
 });
 
+test("a plan field stock CAPVCD will not apply is marked as nicpolicy eval marks it", async () => {
+  const page = await open();
+  const settings = readFileSync(file("examples/settings.yaml"), "utf8"); // storage-net on DHCP
+  await evaluated(page, () => page.fill(".chain-entry .settings", settings));
+  const name = "prod-eu1-md-0-x7k2p";
+  const args = [
+    "--cluster", file("examples/cluster.yaml"),
+    "--machine", file("examples/machine.yaml"),
+    "--inventory", file("examples/inventory.yaml"),
+    "--settings", file("examples/settings.yaml"),
+  ];
+  const text = await evalText(page, name);
+  assert.match(text, /^1 +storage-net +no +DHCP\* /m);
+  assert.equal(text, cliEval(args));
+  const card = page.locator(`article.machine[data-name="${name}"]`);
+  const marked = await card.locator("svg.picture .nic-detail.not-applied").evaluateAll((nodes) =>
+    nodes.map((n) => [n.closest("g.nic").dataset.index, n.dataset.unapplied, n.querySelector("title").textContent]),
+  );
+  assert.deepEqual(marked, [["1", "ipAllocationMode", "NIC 1 (storage-net): ipAllocationMode DHCP is not applied: CAPVCD builds POOL"]]);
+  assert.match(await card.locator(".findings .warnings").textContent(), /not built as planned: NIC 1 \(storage-net\)/);
+  await page.screenshot({ path: path.join(shots, "not-built-as-planned.png"), fullPage: true });
+  await page.close();
+});
+
 test("nothing outside the page was requested and nothing failed in it", () => {
   assert.deepEqual(outside, []);
   assert.deepEqual(problems, []);

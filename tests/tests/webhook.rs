@@ -237,7 +237,7 @@ async fn shipped_config_answers_the_api_server_fixtures() {
         "nothing left to change: {response}"
     );
 
-    // A worker with its own extras: only the plan annotation is added; storage-net is DHCP.
+    // A worker with its own extras: only the plan annotation is added, of NICs CAPVCD builds.
     let review = fixture("vcdmachine-create-worker");
     let response = server.review(Endpoint::Mutate, M, &review).await;
     let patched = apply_patch(&review, &response);
@@ -249,7 +249,7 @@ async fn shipped_config_answers_the_api_server_fixtures() {
         .as_str()
         .unwrap();
     assert!(
-        plan.contains(r#""network":"storage-net","primary":false,"ipAllocationMode":"DHCP""#),
+        plan.contains(r#""network":"storage-net","primary":false,"ipAllocationMode":"POOL""#),
         "{plan}"
     );
 
@@ -1405,4 +1405,243 @@ fn flags_given_to_serve_still_win_after_a_reload() {
     assert_eq!(served.generation, 2);
     assert_eq!(served.config.listen, listen);
     assert_eq!(served.config.clusters, clusters);
+}
+
+/// A TLS connection to `server` that speaks HTTP/1.1 by hand, for clients reqwest will not be:
+/// one that sends part of a body and stalls.
+async fn raw_connection(
+    server: &TestServer,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(server.ca.as_bytes()) {
+        roots.add(cert.expect("CA PEM")).expect("CA");
+    }
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(server.server.local_addr()).await?;
+    let name = ServerName::try_from("localhost").expect("name");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// Sends the head of a review of `length` bytes and `sent` bytes of its body, then nothing
+/// more, until the server closes the connection. A server that stops reading closes it with
+/// bytes unread, which resets it (the answer may be lost): the server's metrics count why.
+async fn stall(server: &TestServer, length: usize, sent: usize) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let stream = raw_connection(server).await.expect("connects");
+    let (mut read, mut write) = tokio::io::split(stream);
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n",
+        Endpoint::Validate.path(M)
+    );
+    let writer = tokio::spawn(async move {
+        write.write_all(head.as_bytes()).await?;
+        let chunk = vec![b' '; 64 << 10];
+        let mut left = sent;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            write.write_all(&chunk[..n]).await?;
+            left -= n;
+        }
+        write.flush().await?;
+        // Held open, sending nothing.
+        std::future::pending::<()>().await;
+        Ok::<_, std::io::Error>(write)
+    });
+    let mut answer = Vec::new();
+    let _ = read.read_to_end(&mut answer).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty()
+            || answer.starts_with("HTTP/1.1 408")
+            || answer.starts_with("HTTP/1.1 503"),
+        "a stalled body got {answer:?}"
+    );
+}
+
+/// The value of `name{reason="..."}` in `/metrics` text, 0 when absent.
+fn rejected(metrics: &str, reason: &str) -> u64 {
+    let prefix = format!("nicpolicy_requests_rejected_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")?
+                    .trim()
+                    .strip_suffix(" kB")?
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stalled_bodies_are_cut_and_reviews_are_still_answered() {
+    // 100 clients each send 3 MiB less one byte of a 3 MiB review and stall. The budget holds
+    // 16 MiB of them; the rest wait for room. Each gets an HTTP error by its deadlines (the
+    // API server applies the failurePolicy: nothing is admitted), and a review sent in the
+    // middle of it is answered within the API server's 5 s timeout.
+    let dir = scratch("stalled-bodies");
+    let mut config = shipped_config(&dir);
+    config.connections.read_timeout = Duration::from_secs(1);
+    config.connections.max_buffered_bytes = 16 << 20;
+    let server = Arc::new(TestServer::start(config).await);
+    let before = resident_kib();
+    let started = Instant::now();
+    let stalled: Vec<_> = (0..100)
+        .map(|_| {
+            let server = server.clone();
+            tokio::spawn(async move { stall(&server, 3 << 20, (3 << 20) - 1).await })
+        })
+        .collect();
+    let mut peak_buffered = 0;
+    let mut peak_kib = before;
+    let sampler = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            for _ in 0..30 {
+                let (_, metrics) = server.get("/metrics").await;
+                samples.push((
+                    counter(&metrics, "nicpolicy_request_bytes_buffered"),
+                    resident_kib(),
+                ));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            samples
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let response = server
+        .review(Endpoint::Validate, M, &fixture("vcdmachine-create-worker"))
+        .await;
+    let answered_in = asked.elapsed();
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        answered_in < Duration::from_secs(5),
+        "a review behind 100 stalled bodies waited {answered_in:?}"
+    );
+    for (buffered, kib) in sampler.await.expect("sampler") {
+        peak_buffered = peak_buffered.max(buffered);
+        peak_kib = peak_kib.max(kib);
+    }
+    assert!(peak_buffered > 0, "the stalled bodies were buffered");
+    assert!(
+        peak_buffered <= 16 << 20,
+        "{peak_buffered} bytes buffered, over maxBufferedBytes"
+    );
+    for task in stalled {
+        task.await.expect("client");
+    }
+    let cut_in = started.elapsed();
+    assert!(
+        cut_in < Duration::from_secs(10),
+        "stalled bodies held for {cut_in:?}"
+    );
+    let (_, metrics) = server.get("/metrics").await;
+    let timed_out = rejected(&metrics, "read_timeout");
+    let full = rejected(&metrics, "buffers_full");
+    assert_eq!(timed_out + full, 100, "{metrics}");
+    assert!(
+        timed_out > 0 && full > 0,
+        "{timed_out} timed out, {full} found no room"
+    );
+    assert_eq!(counter(&metrics, "nicpolicy_request_bytes_buffered"), 0);
+    // 100 bodies of 3 MiB unbounded would be 300 MiB; the budget and the connection buffers
+    // bound them (the clients' own buffers are in this process too).
+    let grew_mib = peak_kib.saturating_sub(before) / 1024;
+    eprintln!(
+        "100 stalled 3 MiB bodies: {timed_out} cut at readTimeout, {full} found no room, \
+         review answered in {answered_in:?}, peak buffered {peak_buffered} B, \
+         resident +{grew_mib} MiB, all cut in {cut_in:?}"
+    );
+    assert!(grew_mib < 128, "resident memory grew {grew_mib} MiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_closed_and_idle_ones_time_out() {
+    use tokio::io::AsyncReadExt as _;
+    let dir = scratch("connection-cap");
+    let mut config = shipped_config(&dir);
+    config.connections.max = 4;
+    config.connections.idle_timeout = Duration::from_secs(1);
+    let server = TestServer::start(config).await;
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(raw_connection(&server).await.expect("under the cap"));
+    }
+    let fifth = client(&server.ca).get(server.url("/metrics")).send().await;
+    assert!(fifth.is_err(), "a fifth connection was served: {fifth:?}");
+    assert!(raw_connection(&server).await.is_err(), "closed at accept");
+    // Idle ones are closed by the server after idleTimeout, which frees the cap.
+    let mut buf = [0u8; 1];
+    for stream in &mut open {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    }
+    drop(open);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, metrics) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        counter(&metrics, "nicpolicy_connections_refused_total") >= 2,
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_capvcd_will_not_build_is_a_warning_or_a_denial() {
+    // The CAPVCD policy planning storage-net on DHCP, which stock CAPVCD never applies.
+    let dir = scratch("not-built-as-planned");
+    let mut config = shipped_config(&dir);
+    let dhcp = nicpolicy::PolicySpec::new(nicpolicy::PolicySource::builtin("capvcd").unwrap())
+        .with_settings(json!({"networks": {"storage-net": {"ipAllocationMode": "DHCP"}}}));
+    config.policies.get_mut(&M).unwrap()[0].spec = dhcp;
+    let review = fixture("vcdmachine-create-worker");
+
+    let server = TestServer::start(config.clone()).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "nicpolicy: not built as planned: NIC 1 (storage-net): ipAllocationMode DHCP is not \
+             applied: CAPVCD builds POOL"
+        ]),
+        "{response}"
+    );
+    // The mutating answer does not repeat it (kubectl would print it twice).
+    let mutated = server.review(Endpoint::Mutate, M, &review).await;
+    assert!(mutated.get("warnings").is_none(), "{mutated}");
+
+    // onUnapplied: Deny: denied on the field that made the NIC.
+    config.on_unapplied = nicpolicy::plugin::provisioner::OnUnapplied::Deny;
+    let server = TestServer::start(config.clone()).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let cause = &response["status"]["details"]["causes"][0];
+    assert_eq!(cause["field"], "spec.extraOvdcNetworks[0]", "{response}");
+    assert_eq!(cause["reason"], "FieldValueNotSupported", "{response}");
+
+    // A site provisioner that applies IP modes: admitted, nothing to say.
+    config.provisioner.applies = vec![nicpolicy::plugin::provisioner::PlanField::IpAllocationMode];
+    let server = TestServer::start(config).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("warnings").is_none(), "{response}");
 }

@@ -52,6 +52,36 @@ pub fn read_settings(label: &str, text: &str) -> String {
     to_json(&requests::settings(label, text))
 }
 
+/// The fields of a decision's NIC plan stock CAPVCD will not apply, as `nicpolicy eval` and the
+/// webhook report them (`nicpolicy_plugin::provisioner`): a JSON array of `Unapplied` with its
+/// `message`, or `{"error": ...}` for inputs that are not a request and a decision.
+#[wasm_bindgen(js_name = notBuiltAsPlanned)]
+pub fn not_built_as_planned(request: &str, decision: &str) -> String {
+    use nicpolicy_plugin::provisioner::{unapplied, Provisioner};
+    let parsed = serde_json::from_str::<nicpolicy_plugin::Request>(request).and_then(|request| {
+        Ok((
+            request,
+            serde_json::from_str::<nicpolicy_plugin::Decision>(decision)?,
+        ))
+    });
+    match parsed {
+        Ok((request, decision)) => {
+            let found: Vec<serde_json::Value> =
+                unapplied(&Provisioner::capvcd(), &request, &decision)
+                    .into_iter()
+                    .map(|item| {
+                        let message = item.message();
+                        let mut value = serde_json::to_value(item).unwrap_or_default();
+                        value["message"] = message.into();
+                        value
+                    })
+                    .collect();
+            to_json(&found)
+        }
+        Err(err) => to_json(&serde_json::json!({"error": err.to_string()})),
+    }
+}
+
 fn to_json(value: &impl serde::Serialize) -> String {
     // The outcome types hold strings, numbers and JSON values only: serialising cannot fail,
     // and if it ever did the page shows this error rather than nothing.

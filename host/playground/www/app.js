@@ -1,6 +1,6 @@
 // The playground page: inputs, the policy chain, evaluation on every edit, the state in the URL.
 
-import initManifests, { readManifests, readSettings } from "./pkg/nicpolicy_playground.js";
+import initManifests, { notBuiltAsPlanned, readManifests, readSettings } from "./pkg/nicpolicy_playground.js";
 import { JsPolicy, evaluateChain, renderText } from "./decide.js";
 import { picture } from "./picture.js";
 
@@ -266,7 +266,7 @@ function render() {
     status.className = "status problem";
     return;
   }
-  const results = outcome.machines.map((machine) => ({ machine, ...(machine.request ? evaluateChain(chain, machine.request) : {}) }));
+  const results = outcome.machines.map((machine) => withUnapplied({ machine, ...(machine.request ? evaluateChain(chain, machine.request) : {}) }));
   const denied = results.filter((r) => r.decision && !r.decision.allowed).length;
   const broken = results.filter((r) => !r.decision).length;
   const total = results.length;
@@ -279,7 +279,19 @@ function render() {
   for (const result of results) out.append(card(result, chain));
 }
 
-function card({ machine, decision, failure }, chain) {
+/**
+ * The plan fields stock CAPVCD will not build, found by the host's own rule, added to the
+ * decision as the webhook adds them: a warning each.
+ */
+function withUnapplied(result) {
+  if (!result.decision) return { ...result, unapplied: [] };
+  const found = JSON.parse(notBuiltAsPlanned(JSON.stringify(result.machine.request), JSON.stringify(result.decision)));
+  const unapplied = Array.isArray(found) ? found : [];
+  const warnings = [...result.decision.warnings, ...unapplied.map((u) => `nicpolicy: not built as planned: ${u.message}`)];
+  return { ...result, unapplied, decision: { ...result.decision, warnings } };
+}
+
+function card({ machine, decision, failure, unapplied }, chain) {
   const section = document.createElement("article");
   section.className = "machine";
   section.dataset.name = machine.name;
@@ -303,13 +315,13 @@ function card({ machine, decision, failure }, chain) {
     Picture: () => {
       const holder = document.createElement("div");
       holder.className = "picture-holder";
-      holder.innerHTML = picture(machine.request, decision);
+      holder.innerHTML = picture(machine.request, decision, unapplied);
       return holder;
     },
     "nicpolicy eval": () => {
       const pre = document.createElement("pre");
       pre.className = "eval";
-      pre.textContent = renderText(machine.request, chain, decision);
+      pre.textContent = renderText(machine.request, chain, decision, unapplied);
       return pre;
     },
     JSON: () => {

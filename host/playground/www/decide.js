@@ -92,8 +92,11 @@ function table(rows) {
     .join("");
 }
 
-/** The text `nicpolicy eval` prints for a decision (host/src/main.rs, render_decision). */
-export function renderText(request, chain, decision) {
+/**
+ * The text `nicpolicy eval` prints for a decision (host/src/cli/render.rs, render_decision);
+ * `unapplied`: the plan fields the provisioner will not apply, marked `*` as the CLI marks them.
+ */
+export function renderText(request, chain, decision, unapplied = []) {
   const machine = request.machine;
   const namespace = machine.namespace ? `${machine.namespace}/` : "";
   const operation = request.operation === "UPDATE" ? "Update" : "Create";
@@ -106,17 +109,21 @@ export function renderText(request, chain, decision) {
   if (decision.nics.length > 0) {
     const rows = [["NIC", "NETWORK", "PRIMARY", "IP MODE", "IP ADDRESS", "ADAPTER", "CONNECTED"]];
     for (const nic of decision.nics) {
+      const mark = (field, cell) => (unapplied.some((u) => u.index === nic.index && u.field === field) ? cell + "*" : cell);
       rows.push([
         String(nic.index),
-        nic.network,
-        yes(nic.primary),
-        nic.ipAllocationMode,
-        nic.ipAddress ?? "-",
-        nic.adapterType,
-        yes(nic.connected),
+        mark("network", nic.network),
+        mark("primary", yes(nic.primary)),
+        mark("ipAllocationMode", nic.ipAllocationMode),
+        mark("ipAddress", nic.ipAddress ?? "-"),
+        mark("adapterType", nic.adapterType),
+        mark("connected", yes(nic.connected)),
       ]);
     }
     out += "\n" + table(rows);
+    if (unapplied.length > 0) {
+      out += `* not built as planned: ${unapplied[0].provisioner} builds it otherwise (see Warnings or Violations)\n`;
+    }
   }
   if (decision.vappNetworks.length > 0) {
     out += `\nvApp networks: ${decision.vappNetworks.join(", ")}\n`;

@@ -74,8 +74,11 @@ function networkInfo(name, inventory) {
   return { text: parts.filter(Boolean).join(" · ") || "in the inventory", known: true };
 }
 
-/** The SVG markup for one machine's decision. */
-export function picture(request, decision) {
+/**
+ * The SVG markup for one machine's decision. `unapplied`: the plan fields stock CAPVCD will not
+ * apply (`notBuiltAsPlanned`), marked on their NIC with `*` and explained on hover.
+ */
+export function picture(request, decision, unapplied = []) {
   const { rows: list, machineNotes } = rows(request, decision);
   const violations = decision.violations;
   const rowY = (i) => TOP + i * ROW + ROW / 2;
@@ -138,7 +141,10 @@ export function picture(request, decision) {
       if (nic.primary) g += `<g class="primary-badge"><rect x="${VM_X + 84}" y="${y - 21}" width="70" height="20" rx="10"/><text x="${VM_X + 119}" y="${y - 7}" text-anchor="middle">★ primary</text></g>`;
       const address = nic.ipAddress ? ` · ${nic.ipAddress}` : "";
       const off = nic.connected ? "" : " · disconnected";
-      g += `<text x="${VM_X + 24}" y="${y + 14}" class="nic-detail">${esc(`${nic.ipAllocationMode}${address} · ${nic.adapterType}${off}`)}</text>`;
+      const notBuilt = unapplied.filter((u) => u.index === nic.index);
+      const star = notBuilt.length ? " *" : "";
+      const hover = notBuilt.length ? `<title>${esc(notBuilt.map((u) => u.message).join("\n"))}</title>` : "";
+      g += `<text x="${VM_X + 24}" y="${y + 14}" class="nic-detail${notBuilt.length ? " not-applied" : ""}" data-unapplied="${esc(notBuilt.map((u) => u.field).join(","))}">${hover}${esc(`${nic.ipAllocationMode}${address} · ${nic.adapterType}${off}${star}`)}</text>`;
       const network = networks.get(nic.network);
       g += wire(VM_X + VM_W, y, NET_X, network.y, nic.primary, marked);
     } else if (row.placeholder) {

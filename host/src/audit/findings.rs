@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use nicpolicy_plugin::provisioner::{unapplied, Unapplied};
 use nicpolicy_plugin::{Decision, ObjectKind, Request};
 use serde::Serialize;
 
@@ -60,6 +61,10 @@ pub struct Finding {
     /// The chain's decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    /// The fields of the decision's NIC plan the provisioner will not apply (also in the
+    /// decision, as warnings or violations).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unapplied: Vec<Unapplied>,
     /// What the candidate chain would decide differently (shadow mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Shadow>,
@@ -102,6 +107,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         result: Verdict::Error,
         message: subject.cluster_unknown,
         decision: None,
+        unapplied: Vec::new(),
         shadow: None,
         request: None,
         elapsed: Duration::ZERO,
@@ -149,6 +155,9 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
             } else {
                 Verdict::Denied
             };
+            if let Some((provisioner, _)) = chain.provisioner() {
+                finding.unapplied = unapplied(provisioner, &request, &decision);
+            }
             finding.decision = Some(decision);
         }
         Err(message) => {

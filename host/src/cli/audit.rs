@@ -17,7 +17,9 @@ use nicpolicy::PolicyChain;
 use nicpolicy::cases::junit::xml_escape;
 use nicpolicy::PolicySource;
 
-use super::policy_args::{load_chain, parse_policy_source, policy_specs, PolicyArgs, Positions};
+use super::policy_args::{
+    load_chain, parse_policy_source, policy_specs, PolicyArgs, Positions, ProvisionerArgs,
+};
 use super::render::{render_decision, table};
 use super::{usage, Failure, Format};
 
@@ -48,6 +50,8 @@ pub struct AuditArgs {
     settings: Vec<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    provisioner: ProvisionerArgs,
     #[command(flatten)]
     candidate: CandidateArgs,
     /// Output format.
@@ -96,13 +100,16 @@ pub fn run(
         .transpose()
         .map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    let chain = args
+        .provisioner
+        .apply(load_chain(&args.policy, &specs, args.verbose)?);
     let candidate = candidate_chain(
         &args.policy,
         &args.candidate,
         candidate_positions,
         args.verbose,
-    )?;
+    )?
+    .map(|candidate| args.provisioner.apply(candidate));
 
     let (inputs, notes) = if args.paths.is_empty() {
         let (files, notes) = live_files(&args).map_err(usage)?;

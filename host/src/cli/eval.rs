@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use nicpolicy::manifest;
 
-use super::policy_args::{load_chain, policy_specs, PolicyArgs, Positions};
+use super::policy_args::{load_chain, policy_specs, PolicyArgs, Positions, ProvisionerArgs};
 use super::render::render_decision;
 use super::{runtime, usage, Failure, Format};
 use crate::exit;
@@ -39,6 +39,8 @@ pub struct EvalArgs {
     settings: Vec<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    provisioner: ProvisionerArgs,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -77,7 +79,9 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     .build()
     .map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    let chain = args
+        .provisioner
+        .apply(load_chain(&args.policy, &specs, args.verbose)?);
 
     // The error names the policy that failed and says why.
     // Judged as the webhook judges: deletions, ratcheted updates, request faults.
@@ -95,8 +99,12 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     let decision = &evaluation.decision;
     let text = match args.output {
         Format::Table => render_decision(&request, &chain, decision),
-        Format::Json => serde_json::to_string_pretty(decision).map_err(usage)? + "\n",
-        Format::Yaml => serde_yaml_ng::to_string(decision).map_err(usage)?,
+        Format::Json => {
+            serde_json::to_string_pretty(&output(&request, &chain, decision)).map_err(usage)? + "\n"
+        }
+        Format::Yaml => {
+            serde_yaml_ng::to_string(&output(&request, &chain, decision)).map_err(usage)?
+        }
     };
     super::out::print(&text)?;
     Ok(if decision.allowed { 0 } else { exit::DENIED })
@@ -127,6 +135,29 @@ fn eval_many(
         .transpose()
         .map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = load_chain(&args.policy, &specs, args.verbose)?;
+    let chain = args
+        .provisioner
+        .apply(load_chain(&args.policy, &specs, args.verbose)?);
     super::audit::eval_many(machines, clusters, inventory, &chain, args.output)
+}
+
+/// The decision as `-o json|yaml` prints it: its fields, then `unapplied`, the plan fields the
+/// provisioner will not apply (left out when there are none).
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    decision: &'a nicpolicy::plugin::Decision,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unapplied: Vec<nicpolicy::plugin::provisioner::Unapplied>,
+}
+
+fn output<'a>(
+    request: &nicpolicy::plugin::Request,
+    chain: &nicpolicy::PolicyChain,
+    decision: &'a nicpolicy::plugin::Decision,
+) -> Output<'a> {
+    Output {
+        decision,
+        unapplied: super::render::unapplied(request, chain, decision),
+    }
 }

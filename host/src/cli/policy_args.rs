@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ArgMatches;
+use nicpolicy::plugin::provisioner::{OnUnapplied, PlanField, Provisioner};
 use nicpolicy::{Host, HostConfig, Limits, PolicyChain, PolicySource, PolicySpec, SettingsSource};
 
 use super::{runtime, usage, Failure};
@@ -48,6 +49,61 @@ impl PolicyArgs {
             no_cache: self.no_cache,
         }
     }
+}
+
+/// Who builds the planned NICs, for `eval` and `audit`: each plan field it will not apply is
+/// reported (docs/schema.md, "What the provisioner applies").
+#[derive(clap::Args)]
+pub struct ProvisionerArgs {
+    /// The provisioner's name in messages.
+    #[arg(long = "provisioner", value_name = "NAME", default_value = "CAPVCD")]
+    name: String,
+    /// A plan field the provisioner applies as planned (repeatable or comma-separated):
+    /// network, primary, ipAllocationMode, ipAddress, adapterType, connected. Stock CAPVCD
+    /// applies none: it builds every NIC as POOL, VMXNET3, connected, in the machine's order.
+    #[arg(
+        long = "provisioner-applies",
+        value_name = "FIELD",
+        value_delimiter = ',',
+        value_parser = parse_plan_field
+    )]
+    applies: Vec<PlanField>,
+    /// A plan field the provisioner will not apply: a warning (default) or a denial.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnappliedArg::Warn)]
+    on_unapplied: UnappliedArg,
+}
+
+/// `--on-unapplied`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UnappliedArg {
+    /// Admit with a warning.
+    Warn,
+    /// Deny.
+    Deny,
+}
+
+impl ProvisionerArgs {
+    /// `chain`, reporting what this provisioner will not apply of its plans.
+    pub fn apply(&self, chain: PolicyChain) -> PolicyChain {
+        let on_unapplied = match self.on_unapplied {
+            UnappliedArg::Warn => OnUnapplied::Warn,
+            UnappliedArg::Deny => OnUnapplied::Deny,
+        };
+        chain.with_provisioner(
+            Provisioner {
+                name: self.name.clone(),
+                applies: self.applies.clone(),
+            },
+            on_unapplied,
+        )
+    }
+}
+
+fn parse_plan_field(text: &str) -> Result<PlanField, String> {
+    PlanField::parse(text).ok_or_else(|| {
+        let names: Vec<&str> = PlanField::ALL.iter().map(|f| f.as_str()).collect();
+        format!("{text:?} is not a plan field ({})", names.join(", "))
+    })
 }
 
 /// `builtin:NAME` names an embedded policy; anything else is a file.

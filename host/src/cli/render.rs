@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use nicpolicy::plugin::provisioner::{self, PlanField, Unapplied};
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::PolicyChain;
 
@@ -17,8 +18,16 @@ fn yes(flag: bool) -> &'static str {
 pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
     let mut out = header(request, chain, decision);
     if !decision.nics.is_empty() {
+        let unapplied = unapplied(request, chain, decision);
         out.push('\n');
-        out.push_str(&nic_table(decision));
+        out.push_str(&nic_table(decision, &unapplied));
+        if let Some(first) = unapplied.first() {
+            let _ = writeln!(
+                out,
+                "* not built as planned: {} builds it otherwise (see Warnings or Violations)",
+                first.provisioner
+            );
+        }
     }
     if !decision.vapp_networks.is_empty() {
         let _ = writeln!(
@@ -108,8 +117,17 @@ fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String
     out
 }
 
-/// The NIC plan as a table.
-fn nic_table(decision: &Decision) -> String {
+/// The fields of `decision`'s plan that the chain's provisioner will not apply (none when the
+/// chain has no provisioner).
+pub fn unapplied(request: &Request, chain: &PolicyChain, decision: &Decision) -> Vec<Unapplied> {
+    chain
+        .provisioner()
+        .map(|(provisioner, _)| provisioner::unapplied(provisioner, request, decision))
+        .unwrap_or_default()
+}
+
+/// The NIC plan as a table; a field in `unapplied` is marked `*`.
+fn nic_table(decision: &Decision, unapplied: &[Unapplied]) -> String {
     let mut rows = vec![[
         "NIC".to_string(),
         "NETWORK".to_string(),
@@ -120,14 +138,33 @@ fn nic_table(decision: &Decision) -> String {
         "CONNECTED".to_string(),
     ]];
     for nic in &decision.nics {
+        let mark = |field: PlanField, cell: String| {
+            if unapplied
+                .iter()
+                .any(|u| u.index == nic.index && u.field == field)
+            {
+                cell + "*"
+            } else {
+                cell
+            }
+        };
         rows.push([
             nic.index.to_string(),
-            nic.network.clone(),
-            yes(nic.primary).to_string(),
-            nic.ip_allocation_mode.as_str().to_string(),
-            nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
-            nic.adapter_type.as_str().to_string(),
-            yes(nic.connected).to_string(),
+            mark(PlanField::Network, nic.network.clone()),
+            mark(PlanField::Primary, yes(nic.primary).to_string()),
+            mark(
+                PlanField::IpAllocationMode,
+                nic.ip_allocation_mode.as_str().to_string(),
+            ),
+            mark(
+                PlanField::IpAddress,
+                nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
+            ),
+            mark(
+                PlanField::AdapterType,
+                nic.adapter_type.as_str().to_string(),
+            ),
+            mark(PlanField::Connected, yes(nic.connected).to_string()),
         ]);
     }
     table(&rows)

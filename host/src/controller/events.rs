@@ -156,6 +156,7 @@ mod tests {
             },
             message: None,
             decision: Some(decision),
+            unapplied: Vec::new(),
             shadow: None,
             request: None,
             elapsed: Duration::ZERO,

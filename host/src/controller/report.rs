@@ -143,11 +143,26 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             .collect(),
         (Some(decision), _) => {
             let plan: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
-            vec![result(
+            let mut results = vec![result(
                 "nic-plan",
                 format!("NIC plan: {}", plan.join(", ")),
                 &[],
-            )]
+            )];
+            // Admitted, but the VM will not be built as planned: a warning each.
+            results.extend(finding.unapplied.iter().map(|item| {
+                let mut r = result(
+                    "plan-not-applied",
+                    item.message(),
+                    &[
+                        ("field", item.object_field.clone()),
+                        ("planField", item.field.as_str().to_string()),
+                    ],
+                );
+                r["result"] = "warn".into();
+                r["severity"] = "medium".into();
+                r
+            }));
+            results
         }
         (None, verdict) => vec![result(
             if verdict == Verdict::Skipped {
@@ -272,6 +287,7 @@ mod tests {
             },
             message: None,
             decision: Some(decision),
+            unapplied: Vec::new(),
             shadow: None,
             request: None,
             elapsed: std::time::Duration::ZERO,
@@ -314,6 +330,41 @@ mod tests {
             "spec.extraOvdcNetworks[0]"
         );
         assert_eq!(results[0]["rule"], "NotFound");
+    }
+
+    #[test]
+    fn a_plan_field_capvcd_will_not_apply_is_a_warn_result() {
+        let mut admitted = finding("prod-eu1-md-0-a", 0);
+        admitted.unapplied = vec![nicpolicy_plugin::provisioner::Unapplied {
+            provisioner: "CAPVCD".into(),
+            object_field: "spec.extraOvdcNetworks[0]".into(),
+            index: 1,
+            network: "storage-net".into(),
+            field: nicpolicy_plugin::provisioner::PlanField::IpAllocationMode,
+            planned: "DHCP".into(),
+            built: "POOL".into(),
+        }];
+        let report = build(
+            "prod-eu1",
+            &|_| "capvcd".into(),
+            &[admitted],
+            Bounds::default(),
+        );
+        let results = report.object["results"].as_array().expect("results");
+        assert_eq!(results.len(), 2, "{results:?}");
+        let warn = results
+            .iter()
+            .find(|r| r["rule"] == "plan-not-applied")
+            .expect("a result for the field");
+        assert_eq!(warn["result"], "warn");
+        assert_eq!(warn["properties"]["field"], "spec.extraOvdcNetworks[0]");
+        assert_eq!(warn["properties"]["planField"], "ipAllocationMode");
+        assert_eq!(
+            warn["message"],
+            "NIC 1 (storage-net): ipAllocationMode DHCP is not applied: CAPVCD builds POOL"
+        );
+        // The object still counts once, as passing.
+        assert_eq!(report.object["summary"]["pass"], 1);
     }
 
     #[test]

@@ -6,11 +6,14 @@
 //! | `nicpolicy_evaluation_duration_seconds` | `kind`, `policy` | histogram of one policy's evaluation (instantiation included) |
 //! | `nicpolicy_policy_failures_total` | `policy`, `error`, `mode` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ...; `mode` `warn` for a warn-mode policy (it denied nothing) |
 //! | `nicpolicy_warned_violations_total` | `kind`, `policy`, `reason` | violations of warn-mode policies: admitted with a warning, enforcing would deny |
-//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`; and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
+//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`, `read_timeout` (the body did not arrive within `connections.readTimeout`), `buffers_full` (no room in `connections.maxBufferedBytes` within it); and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
 //! | `nicpolicy_policy_reloads_total` | `result` | configuration reloads: `success` or `failure` |
 //! | `nicpolicy_policy_load_failures_total` | | policy (re)loads refused: the old policies kept serving |
 //! | `nicpolicy_tls_reloads_total` | `result` | certificate reloads |
 //! | `nicpolicy_evaluations_in_flight` | | evaluations running now |
+//! | `nicpolicy_connections_open` | | client connections open now (at most `connections.max`) |
+//! | `nicpolicy_connections_refused_total` | | connections closed at accept because `connections.max` were open |
+//! | `nicpolicy_request_bytes_buffered` | | bytes of request bodies held now (at most `connections.maxBufferedBytes`) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -99,6 +102,12 @@ pub struct Metrics {
     /// Evaluations cut on an async worker by `evaluation.inlineBudget` and run again on a
     /// blocking thread.
     pub inline_overruns: Counter,
+    /// Client connections open now.
+    pub connections_open: Gauge,
+    /// Connections closed at accept, over `connections.max`.
+    pub connections_refused: Counter,
+    /// Bytes of request bodies held now.
+    pub request_bytes_buffered: Gauge,
 }
 
 impl Default for Metrics {
@@ -124,6 +133,9 @@ impl Metrics {
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         let in_flight = Gauge::default();
         let inline_overruns = Counter::default();
+        let connections_open = Gauge::default();
+        let connections_refused = Counter::default();
+        let request_bytes_buffered = Gauge::default();
         registry.register("reviews", "Admission reviews answered", reviews.clone());
         registry.register(
             "evaluation_duration_seconds",
@@ -170,6 +182,21 @@ impl Metrics {
             "Evaluations cut on an async worker by evaluation.inlineBudget and run again on a blocking thread",
             inline_overruns.clone(),
         );
+        registry.register(
+            "connections_open",
+            "Client connections open now",
+            connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept because connections.max were open",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "request_bytes_buffered",
+            "Bytes of request bodies held now, read or under review",
+            request_bytes_buffered.clone(),
+        );
         Metrics {
             registry,
             reviews,
@@ -182,6 +209,9 @@ impl Metrics {
             tls_reloads,
             in_flight,
             inline_overruns,
+            connections_open,
+            connections_refused,
+            request_bytes_buffered,
         }
     }
 

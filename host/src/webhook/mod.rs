@@ -38,6 +38,7 @@
 pub mod admission;
 pub mod clusters;
 pub mod config;
+pub mod connections;
 mod inline;
 pub mod metrics;
 pub mod patch;

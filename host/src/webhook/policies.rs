@@ -91,7 +91,8 @@ impl Served {
                 .enumerate()
                 .fold(loaded, |chain, (index, entry)| {
                     chain.with_mode(index, entry.mode)
-                });
+                })
+                .with_provisioner(config.provisioner.clone(), config.on_unapplied);
             chains.insert(*kind, chain);
         }
         let inventory = config
@@ -257,6 +258,7 @@ fn warn_restart_only(old: &ServeConfig, new: &ServeConfig) {
             old.max_request_bytes != new.max_request_bytes,
         ),
         ("reload", old.reload_interval != new.reload_interval),
+        ("connections", old.connections != new.connections),
     ];
     for (field, _) in changed.iter().filter(|(_, changed)| *changed) {
         tracing::warn!(

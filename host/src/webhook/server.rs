@@ -1,5 +1,5 @@
-//! The HTTPS server: routes, the bounded evaluation pool, body cap, probes, metrics and
-//! graceful shutdown.
+//! The HTTPS server: routes, the bounded evaluation pool, body cap and deadlines, connection
+//! cap, probes, metrics and graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use axum_server::Handle;
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
@@ -21,7 +21,8 @@ use super::clusters::ClusterSource;
 use nicpolicy_plugin::ObjectKind;
 
 use super::admission::{too_large_answer, Answer};
-use super::config::ServeConfig;
+use super::config::{Connections, ServeConfig};
+use super::connections::{self, BodyBudget, ConnectionLimit, Taken};
 use super::metrics::Metrics;
 use super::policies::{ServeLoadError, Served, ServedPolicies};
 use super::review::OnWorker;
@@ -36,6 +37,9 @@ pub struct App {
     workers: usize,
     queue_timeout: Duration,
     max_body: usize,
+    /// Request bodies held at once, in bytes.
+    budget: BodyBudget,
+    connections: Connections,
     accepting: AtomicBool,
     host: Host,
     /// Benchmarks only: the stage times of every review answered on a worker.
@@ -53,12 +57,13 @@ impl App {
         let workers = config.workers;
         let queue_timeout = config.queue_timeout;
         let max_body = config.max_request_bytes;
+        let connections = config.connections;
         let served = Served::load(&host, config, 1)?;
         let metrics = Arc::new(Metrics::new());
         let reviewer = Arc::new(Reviewer::new(
             ServedPolicies::new(served),
             clusters,
-            metrics,
+            metrics.clone(),
         ));
         Ok(App {
             reviewer,
@@ -66,6 +71,8 @@ impl App {
             workers,
             queue_timeout,
             max_body,
+            budget: BodyBudget::new(connections.max_buffered_bytes, connections.max, &metrics),
+            connections,
             accepting: AtomicBool::new(true),
             host,
             stage_log: None,
@@ -151,8 +158,9 @@ impl App {
         request: Request,
     ) -> Response {
         let started = Instant::now();
-        let body = match self.read_body(request).await {
-            Ok(body) => body,
+        // Held until the review is answered: the body is in memory until then.
+        let (body, taken) = match self.read_body(request).await {
+            Ok(read) => read,
             Err(response) => return response,
         };
         // Bounded: at most `workers` evaluations run; the rest wait up to `queue_timeout`.
@@ -191,6 +199,7 @@ impl App {
                 let reviewer = self.reviewer.clone();
                 tokio::task::spawn_blocking(move || {
                     let _permit = permit;
+                    let _taken = taken;
                     reviewer.finish(deferred)
                 })
                 .await
@@ -217,21 +226,37 @@ impl App {
         }
     }
 
-    /// Reads the body up to `maxRequestBytes`. A larger one is answered without reading the
-    /// rest: with an AdmissionReview denial when its first bytes name the review's uid (so the
-    /// API server denies the object whatever the webhook's failurePolicy), else with HTTP 413.
-    async fn read_body(&self, request: Request) -> Result<Bytes, Response> {
+    /// Reads the body up to `maxRequestBytes`, taking room for it from the shared budget. A
+    /// larger one is answered without reading the rest: with an AdmissionReview denial when
+    /// its first bytes name the review's uid (so the API server denies the object whatever the
+    /// webhook's failurePolicy), else with HTTP 413. A body that does not arrive within
+    /// `connections.readTimeout` (408), or finds no room in the budget within it (503), is
+    /// answered with an HTTP error, which the API server handles by the webhook's
+    /// failurePolicy: neither admits anything unchecked.
+    async fn read_body(&self, request: Request) -> Result<(Bytes, Taken), Response> {
         let declared = request
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         let mut body = request.into_body();
+        let mut taken = self.budget.empty();
         let mut bytes = Vec::new();
         let mut over = declared
             .filter(|size| *size > self.max_body as u64)
             .is_some();
-        while let Some(frame) = body.frame().await {
+        // Reading and waiting for room are timed apart: a review queued behind stalled bodies
+        // waits for their deadline, then reads in its own time.
+        let mut reading = self.connections.read_timeout;
+        let mut waiting = self.connections.read_timeout;
+        loop {
+            let at = Instant::now();
+            let frame = match tokio::time::timeout(reading, body.frame()).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(_) => return Err(self.read_timed_out(bytes.len(), declared)),
+            };
+            reading = reading.saturating_sub(at.elapsed());
             let frame = match frame {
                 Ok(frame) => frame,
                 Err(err) => {
@@ -243,26 +268,42 @@ impl App {
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            if over {
-                // Only the start is needed, to find the uid.
-                bytes.extend_from_slice(&data[..data.len().min(UID_SCAN_BYTES)]);
-                if bytes.len() >= UID_SCAN_BYTES {
-                    break;
-                }
-                continue;
-            }
-            if bytes.len() + data.len() > self.max_body {
+            if !over && bytes.len() + data.len() > self.max_body {
                 over = true;
                 bytes.truncate(UID_SCAN_BYTES);
-                if bytes.len() >= UID_SCAN_BYTES {
-                    break;
-                }
-                continue;
             }
-            bytes.extend_from_slice(&data);
+            // What is kept of this frame, and the allocation that keeps it.
+            let keep = if over {
+                data.len().min(UID_SCAN_BYTES.saturating_sub(bytes.len()))
+            } else {
+                data.len()
+            };
+            let needed = bytes.len() + keep;
+            if needed > bytes.capacity() {
+                // The declared length when it fits (one allocation), else doubling.
+                let capacity = match declared {
+                    Some(size) if !over && size as usize >= needed => size as usize,
+                    _ => needed
+                        .max(bytes.capacity() * 2)
+                        .min(self.max_body.max(needed)),
+                };
+                let at = Instant::now();
+                if tokio::time::timeout(waiting, self.budget.reserve(&mut taken, capacity))
+                    .await
+                    .is_err()
+                {
+                    return Err(self.buffers_full());
+                }
+                waiting = waiting.saturating_sub(at.elapsed());
+                bytes.reserve_exact(capacity - bytes.len());
+            }
+            bytes.extend_from_slice(&data[..keep]);
+            if over && bytes.len() >= UID_SCAN_BYTES {
+                break;
+            }
         }
         if !over {
-            return Ok(Bytes::from(bytes));
+            return Ok((Bytes::from(bytes), taken));
         }
         let size = declared
             .map(|size| format!(" of {size} bytes"))
@@ -280,10 +321,43 @@ impl App {
         })
     }
 
+    /// The answer to a body that did not arrive within `connections.readTimeout`.
+    fn read_timed_out(&self, read: usize, declared: Option<u64>) -> Response {
+        let of = declared
+            .map(|size| format!(" of {size}"))
+            .unwrap_or_default();
+        let message = format!(
+            "the request body did not arrive within {:?} (connections.readTimeout): {read} bytes{of} read",
+            self.connections.read_timeout
+        );
+        self.reviewer.reject("read_timeout", &message);
+        closing((StatusCode::REQUEST_TIMEOUT, message + "\n").into_response())
+    }
+
+    /// The answer to a body that found no room in `connections.maxBufferedBytes`.
+    fn buffers_full(&self) -> Response {
+        let message = format!(
+            "request bodies of {} bytes are being read or reviewed (connections.maxBufferedBytes) \
+             and none was done within {:?}; try again",
+            self.connections.max_buffered_bytes, self.connections.read_timeout
+        );
+        self.reviewer.reject("buffers_full", &message);
+        closing((StatusCode::SERVICE_UNAVAILABLE, message + "\n").into_response())
+    }
+
     /// Stops taking new work: `/readyz` fails from now on, so load balancers drain this pod.
     pub fn stop_accepting(&self) {
         self.accepting.store(false, Ordering::Release);
     }
+}
+
+/// Asks the client to close the connection after this answer (the rest of its body was not
+/// read).
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// How much of an oversized body is read to find the review's uid.
@@ -395,7 +469,29 @@ impl Server {
         let addr = listener.local_addr()?;
         let handle = Handle::new();
         let router = app.router();
-        let server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle.clone());
+        let limits = app.connections;
+        let acceptor = RustlsAcceptor::new(tls)
+            .handshake_timeout(limits.read_timeout)
+            .acceptor(ConnectionLimit::new(
+                limits.max,
+                limits.idle_timeout,
+                app.reviewer.metrics(),
+            ));
+        let mut server = axum_server::from_tcp(listener)?
+            .acceptor(acceptor)
+            .handle(handle.clone());
+        // What a connection holds before its body reaches the budget (connections.rs).
+        server
+            .http_builder()
+            .http1()
+            .header_read_timeout(limits.idle_timeout)
+            .max_buf_size(connections::HTTP1_BUFFER_BYTES);
+        server
+            .http_builder()
+            .http2()
+            .initial_connection_window_size(connections::HTTP2_CONNECTION_WINDOW)
+            .initial_stream_window_size(connections::HTTP2_STREAM_WINDOW)
+            .max_concurrent_streams(connections::HTTP2_MAX_STREAMS);
         let task = tokio::spawn(async move { server.serve(router.into_make_service()).await });
         Ok(Server {
             handle,

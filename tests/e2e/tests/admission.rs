@@ -60,8 +60,8 @@ async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan()
     let plan = plan(&stored).expect("NIC plan annotation");
     assert_eq!(plan["policy"], "nicpolicy-role-based");
     assert_eq!(plan["nics"][0]["primary"], true);
-    // The shipped settings give storage-net DHCP.
-    assert_eq!(plan["nics"][1]["ipAllocationMode"], "DHCP");
+    // The shipped settings plan what stock CAPVCD builds.
+    assert_eq!(plan["nics"][1]["ipAllocationMode"], "POOL");
     // What a later read sees is what was stored.
     let read = get(&client, "prod-eu1", "VCDMachine", "prod-eu1-md-0-x7k2p")
         .await

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use nicpolicy_plugin::provisioner::{OnUnapplied, PlanField};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,6 +28,25 @@ pub struct ConfigFile {
     pub max_request_bytes: Option<Size>,
     pub reload: Option<Reload>,
     pub nic_plan_annotation: Option<bool>,
+    pub connections: Option<Connections>,
+    pub provisioner: Option<Provisioner>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Provisioner {
+    pub name: Option<String>,
+    pub applies: Option<Vec<PlanField>>,
+    pub on_unapplied: Option<OnUnapplied>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Connections {
+    pub max: Option<usize>,
+    pub read_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_buffered_bytes: Option<Size>,
 }
 
 #[derive(Deserialize)]

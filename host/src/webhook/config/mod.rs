@@ -8,6 +8,8 @@
 //! inventory: inventory.yaml            # relative paths are relative to this file
 //! onPolicyFailure: Deny                # or Allow (with a warning)
 //! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
+//! connections: {max: 128, readTimeout: 2s, idleTimeout: 30s, maxBufferedBytes: 64Mi}
+//! provisioner: {name: CAPVCD, applies: [], onUnapplied: Warn}  # stock CAPVCD; or Deny
 //! policies:
 //!   VCDMachine:
 //!     - path: policies/capvcd.wasm
@@ -27,6 +29,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nicpolicy_plugin::provisioner::{OnUnapplied, Provisioner};
 use nicpolicy_plugin::ObjectKind;
 use serde::Deserialize;
 
@@ -66,6 +69,8 @@ pub struct Defaults {
     pub reload_interval: Duration,
     /// `nicPlanAnnotation`.
     pub nic_plan_annotation: bool,
+    /// `connections`.
+    pub connections: Connections,
 }
 
 /// See [`Defaults`].
@@ -84,7 +89,30 @@ pub const DEFAULTS: Defaults = Defaults {
     max_request_bytes: 3 << 20,
     reload_interval: Duration::from_secs(2),
     nic_plan_annotation: true,
+    connections: Connections {
+        max: 128,
+        read_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(30),
+        max_buffered_bytes: 64 << 20,
+    },
 };
+
+/// The `connections` section: what clients may hold of the server (see
+/// [`super::connections`] and docs/deploy.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connections {
+    /// `max`: connections open at once; more are closed when accepted.
+    pub max: usize,
+    /// `readTimeout`: the TLS handshake, and the reading of one request body (time spent
+    /// waiting for room in `maxBufferedBytes` not counted, and bounded by it too).
+    pub read_timeout: Duration,
+    /// `idleTimeout`: a connection that sends nothing this long is closed (HTTP/1 headers
+    /// must also arrive within it).
+    pub idle_timeout: Duration,
+    /// `maxBufferedBytes`: bytes of request bodies held at once, read or under review; at
+    /// least `maxRequestBytes`.
+    pub max_buffered_bytes: usize,
+}
 
 /// The `evaluation` section, read.
 struct EvaluationConfig {
@@ -188,6 +216,13 @@ pub struct ServeConfig {
     pub reload_interval: Option<Duration>,
     /// Write the NIC plan to the `nicpolicy.io/nic-plan` annotation when mutating.
     pub nic_plan_annotation: bool,
+    /// What clients may hold of the server.
+    pub connections: Connections,
+    /// Who builds the planned NICs (stock CAPVCD by default): each plan field it will not
+    /// apply is reported ([`nicpolicy_plugin::provisioner`]).
+    pub provisioner: Provisioner,
+    /// Whether such a field is a warning (the default) or a denial.
+    pub on_unapplied: OnUnapplied,
     /// Command-line flags that replace fields of the file; kept across reloads so a reload
     /// applies them again (flags win over the file for the whole run).
     pub overrides: Overrides,
@@ -267,6 +302,9 @@ impl ServeConfig {
             max_request_bytes: DEFAULTS.max_request_bytes,
             reload_interval: Some(DEFAULTS.reload_interval),
             nic_plan_annotation: DEFAULTS.nic_plan_annotation,
+            connections: DEFAULTS.connections,
+            provisioner: Provisioner::capvcd(),
+            on_unapplied: OnUnapplied::default(),
             overrides: Overrides::default(),
         }
     }
@@ -340,6 +378,13 @@ impl ServeConfig {
             nic_plan_annotation: raw
                 .nic_plan_annotation
                 .unwrap_or(DEFAULTS.nic_plan_annotation),
+            connections: reader.connections(raw.connections.as_ref())?,
+            provisioner: reader.provisioner(raw.provisioner.as_ref())?,
+            on_unapplied: raw
+                .provisioner
+                .as_ref()
+                .and_then(|p| p.on_unapplied)
+                .unwrap_or_default(),
             overrides: Overrides::default(),
         })
     }
@@ -616,6 +661,73 @@ impl Reader<'_> {
         })
     }
 
+    /// `provisioner`: stock CAPVCD unless the file names another and what it applies.
+    fn provisioner(&self, raw: Option<&file::Provisioner>) -> Result<Provisioner, ConfigError> {
+        let stock = Provisioner::capvcd();
+        let Some(raw) = raw else {
+            return Ok(stock);
+        };
+        let name = match raw.name.as_deref() {
+            Some("") => return Err(self.error("provisioner.name", "must not be empty")),
+            Some(name) => name.to_string(),
+            None => stock.name,
+        };
+        let mut applies = raw.applies.clone().unwrap_or_default();
+        applies.sort();
+        applies.dedup();
+        Ok(Provisioner { name, applies })
+    }
+
+    /// `connections`, each field defaulted on its own.
+    fn connections(&self, raw: Option<&file::Connections>) -> Result<Connections, ConfigError> {
+        let default = DEFAULTS.connections;
+        let none = file::Connections::default();
+        let raw = raw.unwrap_or(&none);
+        let max = match raw.max {
+            Some(0) => return Err(self.error("connections.max", "must be at least 1")),
+            Some(n) => n,
+            None => default.max,
+        };
+        let timeout = |field: &str, text: &Option<String>, default: Duration| {
+            let value = self.duration(field, text, default)?;
+            if value.is_zero() {
+                return Err(self.error(field, "must be above zero"));
+            }
+            Ok(value)
+        };
+        let read_timeout = timeout(
+            "connections.readTimeout",
+            &raw.read_timeout,
+            default.read_timeout,
+        )?;
+        let idle_timeout = timeout(
+            "connections.idleTimeout",
+            &raw.idle_timeout,
+            default.idle_timeout,
+        )?;
+        let max_buffered_bytes = self.size(
+            "connections.maxBufferedBytes",
+            &raw.max_buffered_bytes,
+            default.max_buffered_bytes.max(self.max_request_bytes),
+        )?;
+        if max_buffered_bytes < self.max_request_bytes {
+            return Err(self.error(
+                "connections.maxBufferedBytes",
+                format!(
+                    "{max_buffered_bytes} bytes is less than maxRequestBytes ({} bytes): the \
+                     largest review could never be read",
+                    self.max_request_bytes
+                ),
+            ));
+        }
+        Ok(Connections {
+            max,
+            read_timeout,
+            idle_timeout,
+            max_buffered_bytes,
+        })
+    }
+
     /// `reload`: the check interval, or `None` when turned off.
     fn reload(&self, raw: Option<&file::Reload>) -> Result<Option<Duration>, ConfigError> {
         match raw {
@@ -657,6 +769,7 @@ fn is_zero_duration(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nicpolicy_plugin::provisioner::PlanField;
 
     fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
         ServeConfig::parse(Path::new("/etc/nicpolicy/config.yaml"), text)
@@ -787,6 +900,30 @@ reload: {interval: 1s}
                 "evaluation.inlineBudget",
             ),
             ("listen: :9443", "policies"),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner: {applies: [macAddress]}",
+                "provisioner.applies[0]",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner: {onUnapplied: Ignore}",
+                "provisioner.onUnapplied",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner: {name: ''}",
+                "provisioner.name",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nconnections: {max: 0}",
+                "connections.max",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nconnections: {readTimeout: 0s}",
+                "connections.readTimeout",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nconnections: {maxBufferedBytes: 1Mi}",
+                "connections.maxBufferedBytes",
+            ),
         ];
         for (text, field) in cases {
             match parse(text) {
@@ -799,6 +936,24 @@ reload: {interval: 1s}
                 other => panic!("{text}: expected a field error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_provisioner_is_stock_capvcd_unless_declared() {
+        let stock = parse("policies: {VCDMachine: [{builtin: capvcd}]}").expect("valid");
+        assert_eq!(stock.provisioner, Provisioner::capvcd());
+        assert_eq!(stock.on_unapplied, OnUnapplied::Warn);
+        let site = parse(
+            "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner:\n  name: capvcd-eu1\n  \
+             applies: [ipAddress, ipAllocationMode, ipAddress]\n  onUnapplied: Deny\n",
+        )
+        .expect("valid");
+        assert_eq!(site.provisioner.name, "capvcd-eu1");
+        assert_eq!(
+            site.provisioner.applies,
+            [PlanField::IpAllocationMode, PlanField::IpAddress]
+        );
+        assert_eq!(site.on_unapplied, OnUnapplied::Deny);
     }
 
     #[test]

@@ -1,0 +1,337 @@
+//! What a client may hold of the server: connections (a cap, an idle deadline) and request
+//! bodies (a deadline, and one budget of buffered bytes shared by every connection).
+//!
+//! Anyone who reaches the Service can open connections and send bodies slowly; without these
+//! bounds 100 connections each sending 3 MiB less one byte and stalling take the webhook past
+//! its pod's memory limit, and an OOM-killed webhook denies every VCDMachine change. The
+//! bounds keep the server's memory under
+//! `maxBufferedBytes + maxConnections × (HTTP buffer + small body + TLS buffers)`
+//! (docs/deploy.md). The budget is handed out first come, first served; bodies up to
+//! [`BODY_ALLOWANCE_BYTES`] take their room from a pool of their own without waiting, so a
+//! review of ordinary size is read and answered at once however many stalled large bodies
+//! wait for room.
+
+use std::future::{ready, Future, Ready};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+use super::metrics::Metrics;
+
+/// The largest HTTP/1 read buffer per connection (hyper's default is about 400 KiB): what a
+/// stalled connection holds before its body reaches the budget. Headers must fit in it.
+pub const HTTP1_BUFFER_BYTES: usize = 64 << 10;
+
+/// The largest body served from the small-body pool of the [`BodyBudget`] (which holds
+/// `connections.max` of them): an AdmissionReview of a VCDMachine is a few KiB, so reviews of
+/// ordinary size do not wait for room behind stalled large bodies.
+pub const BODY_ALLOWANCE_BYTES: usize = 64 << 10;
+
+/// HTTP/2 flow-control windows: what a client may send on a connection (and on one stream)
+/// before the server has read it. The connection window bounds what an HTTP/2 connection holds
+/// outside the budget, whatever its number of streams.
+pub const HTTP2_CONNECTION_WINDOW: u32 = 256 << 10;
+/// See [`HTTP2_CONNECTION_WINDOW`].
+pub const HTTP2_STREAM_WINDOW: u32 = 128 << 10;
+/// Reviews one HTTP/2 connection may have open at once.
+pub const HTTP2_MAX_STREAMS: u32 = 32;
+
+/// Accepts a connection while fewer than the cap are open, and closes it at once otherwise
+/// (counted in `nicpolicy_connections_refused_total`). An accepted connection is closed after
+/// `idle` without a byte from the client.
+#[derive(Clone)]
+pub struct ConnectionLimit {
+    open: Arc<Semaphore>,
+    idle: Duration,
+    open_gauge: Gauge,
+    refused: Counter,
+}
+
+impl ConnectionLimit {
+    /// At most `max` connections open at once.
+    pub fn new(max: usize, idle: Duration, metrics: &Metrics) -> ConnectionLimit {
+        ConnectionLimit {
+            open: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            idle,
+            open_gauge: metrics.connections_open.clone(),
+            refused: metrics.connections_refused.clone(),
+        }
+    }
+}
+
+impl<S> Accept<TcpStream, S> for ConnectionLimit {
+    type Stream = LimitedStream<TcpStream>;
+    type Service = S;
+    type Future = Ready<io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        match self.open.clone().try_acquire_owned() {
+            Ok(permit) => {
+                self.open_gauge.inc();
+                ready(Ok((
+                    LimitedStream {
+                        inner: stream,
+                        idle: self.idle,
+                        deadline: Box::pin(tokio::time::sleep(self.idle)),
+                        _open: OpenConnection {
+                            _permit: permit,
+                            gauge: self.open_gauge.clone(),
+                        },
+                    },
+                    service,
+                )))
+            }
+            Err(_) => {
+                // Dropping the stream closes it before the TLS handshake: no buffer is spent.
+                self.refused.inc();
+                ready(Err(io::Error::other(
+                    "connection refused: connections.max connections are open",
+                )))
+            }
+        }
+    }
+}
+
+/// Holds a connection's place under the cap until the connection is gone.
+struct OpenConnection {
+    _permit: OwnedSemaphorePermit,
+    gauge: Gauge,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// A connection under the cap: reads fail with `TimedOut` once the client has sent nothing
+/// for the idle deadline (a connection kept open without requests, or an HTTP/2 connection
+/// whose streams stall: hyper's header deadline covers HTTP/1 only).
+pub struct LimitedStream<S> {
+    inner: S,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+    _open: OpenConnection,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for LimitedStream<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    let next = Instant::now() + self.idle;
+                    self.deadline.as_mut().reset(next);
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent nothing for connections.idleTimeout",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for LimitedStream<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The bytes every request body being read or reviewed may hold together
+/// (`connections.maxBufferedBytes`), handed out first come, first served, and beside it a pool
+/// of small bodies (`connections.max` × [`BODY_ALLOWANCE_BYTES`]) that is never waited for: a
+/// body that fits in the allowance takes its room there at once when there is some, so an
+/// ordinary review is not queued behind stalled large bodies.
+pub struct BodyBudget {
+    bytes: Arc<Semaphore>,
+    small: Arc<Semaphore>,
+    gauge: Gauge,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes`, and a small-body pool for `connections` connections.
+    pub fn new(bytes: usize, connections: usize, metrics: &Metrics) -> BodyBudget {
+        let small = connections.saturating_mul(BODY_ALLOWANCE_BYTES);
+        BodyBudget {
+            bytes: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            small: Arc::new(Semaphore::new(small.min(Semaphore::MAX_PERMITS))),
+            gauge: metrics.request_bytes_buffered.clone(),
+        }
+    }
+
+    /// Nothing taken yet, for one body.
+    pub fn empty(&self) -> Taken {
+        Taken {
+            budget: None,
+            budget_bytes: 0,
+            small: None,
+            small_bytes: 0,
+            gauge: self.gauge.clone(),
+        }
+    }
+
+    /// Makes `taken` cover `capacity` bytes: from the small-body pool without waiting when the
+    /// body fits the allowance and the pool has room, else from the budget, waiting while other
+    /// bodies hold it (what the pool held is then given back).
+    pub async fn reserve(&self, taken: &mut Taken, capacity: usize) {
+        if capacity <= taken.bytes() {
+            return;
+        }
+        if taken.budget.is_none() && capacity <= BODY_ALLOWANCE_BYTES {
+            let more = permits(capacity - taken.small_bytes);
+            if let Ok(permit) = self.small.clone().try_acquire_many_owned(more) {
+                merge(&mut taken.small, permit);
+                taken.small_bytes += more as usize;
+                return;
+            }
+        }
+        let more = permits(capacity.saturating_sub(taken.budget_bytes));
+        // The semaphore is never closed, so acquiring fails only if it were.
+        let Ok(permit) = self.bytes.clone().acquire_many_owned(more).await else {
+            return;
+        };
+        merge(&mut taken.budget, permit);
+        taken.budget_bytes += more as usize;
+        self.gauge.inc_by(i64::from(more));
+        taken.small = None;
+        taken.small_bytes = 0;
+    }
+}
+
+fn permits(bytes: usize) -> u32 {
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+fn merge(held: &mut Option<OwnedSemaphorePermit>, permit: OwnedSemaphorePermit) {
+    match held {
+        Some(held) => held.merge(permit),
+        None => *held = Some(permit),
+    }
+}
+
+/// What one body holds of the [`BodyBudget`]; given back when dropped (after its review is
+/// answered: the body stays in memory until then).
+pub struct Taken {
+    budget: Option<OwnedSemaphorePermit>,
+    budget_bytes: usize,
+    small: Option<OwnedSemaphorePermit>,
+    small_bytes: usize,
+    gauge: Gauge,
+}
+
+impl Taken {
+    /// Bytes held, in the budget or the small-body pool.
+    pub fn bytes(&self) -> usize {
+        self.budget_bytes + self.small_bytes
+    }
+
+    /// Bytes held in the shared budget (`nicpolicy_request_bytes_buffered` counts these).
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.gauge
+            .dec_by(i64::try_from(self.budget_bytes).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_budget_is_given_back_when_a_body_is_dropped() {
+        let metrics = Metrics::new();
+        let budget = BodyBudget::new(1 << 20, 0, &metrics);
+        let mut first = budget.empty();
+        budget.reserve(&mut first, 600 << 10).await;
+        budget.reserve(&mut first, 1 << 20).await;
+        assert_eq!(first.budget_bytes(), 1 << 20);
+        assert_eq!(metrics.request_bytes_buffered.get(), 1 << 20);
+        let mut second = budget.empty();
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(50), budget.reserve(&mut second, 1));
+        assert!(waiting.await.is_err(), "the budget is spent");
+        drop(first);
+        assert_eq!(metrics.request_bytes_buffered.get(), 0);
+        let mut third = budget.empty();
+        tokio::time::timeout(Duration::from_secs(5), budget.reserve(&mut third, 1 << 20))
+            .await
+            .expect("given back");
+    }
+
+    #[tokio::test]
+    async fn small_bodies_do_not_wait_behind_a_spent_budget() {
+        let metrics = Metrics::new();
+        let budget = BodyBudget::new(1 << 20, 2, &metrics);
+        let mut large = budget.empty();
+        budget.reserve(&mut large, 1 << 20).await;
+        // The budget is spent; two small bodies still get room from the pool, at once.
+        let mut small = [budget.empty(), budget.empty()];
+        for taken in &mut small {
+            tokio::time::timeout(Duration::from_millis(50), budget.reserve(taken, 40 << 10))
+                .await
+                .expect("from the small-body pool");
+            assert_eq!(taken.budget_bytes(), 0);
+        }
+        // The pool (2 × 64 KiB) is now short: a third waits for the budget like a large one.
+        let mut third = budget.empty();
+        let waiting = tokio::time::timeout(
+            Duration::from_millis(50),
+            budget.reserve(&mut third, 60 << 10),
+        );
+        assert!(waiting.await.is_err(), "the pool and the budget are spent");
+        // A small body that grows past the allowance moves to the budget and frees the pool.
+        drop(large);
+        let [mut grows, _] = small;
+        budget.reserve(&mut grows, 100 << 10).await;
+        assert_eq!(grows.budget_bytes(), 100 << 10);
+        assert_eq!(grows.bytes(), 100 << 10);
+    }
+}
