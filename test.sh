@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
 # the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
-# the starter site policy, the playground page in headless Chromium, then the end-to-end suites
-# against a real kube-apiserver.
+# the starter site policy, the guest network config through cloud-init, the end-to-end suites
+# against a real kube-apiserver, the playground page in headless Chromium and the Kubewarden
+# builds.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -46,6 +47,10 @@ site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
   "$nicpolicy_bin" inspect "$site_wasm"
   "$nicpolicy_bin" test --policy "$site_wasm" cases/
 )
+
+# The guest network config of the worked example, converted by Debian's cloud-init to netplan
+# and systemd-networkd and checked: one default route, on the primary NIC (docs/plan-to-vm.md).
+NICPOLICY_BIN="$nicpolicy" tests/guest/run.sh
 
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
 # modules the first time (docs/deploy.md#end-to-end-tests) and reused after.

@@ -47,6 +47,10 @@
 //! - [`inspect`] (a module read without running it), [`limits`], [`cache`], [`cases`] (case
 //!   files, suites and JUnit reports), [`error`], [`stages`] (where an evaluation's or a
 //!   review's time goes, for benchmarks).
+//! - [`vcd`] and [`network_config`]: the plan as Cloud Director's `NetworkConnectionSection`
+//!   (what a provisioner PUTs, what stock CAPVCD sends, a VM's section read back and compared
+//!   with the plan) and as the guest's cloud-init network config (one default route, on the
+//!   primary NIC, each NIC found by its MAC).
 //! - [`kubewarden`]: the metadata of the policies' Kubewarden (waPC) build and the checks
 //!   Kubewarden's policy-server applies before it runs one.
 //!
@@ -89,11 +93,13 @@ pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 pub mod mode;
+pub mod network_config;
 #[cfg(feature = "playground")]
 pub mod playground;
 pub mod policy;
 pub mod spec;
 pub mod stages;
+pub mod vcd;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 

@@ -54,6 +54,10 @@ enum Command {
     /// Evaluate every machine and machine template of manifest folders or of a live cluster,
     /// grouped by cluster, optionally beside a candidate chain (shadow mode).
     Audit(cli::audit::AuditArgs),
+    /// Write a machine's NIC plan as the documents that build it: the Cloud Director
+    /// NetworkConnectionSection (vcd) and the guest's cloud-init network config
+    /// (network-config).
+    Render(cli::render_plan::RenderArgs),
     /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
     /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
     Controller(cli::controller::ControllerArgs),
@@ -66,6 +70,13 @@ fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let positions = Positions::of(matches.subcommand().map(|(_, m)| m));
     let candidate_positions = Positions::of_candidates(matches.subcommand().map(|(_, m)| m));
+    // `render vcd` and `render network-config` take their policy options one level down.
+    let nested_positions = Positions::of(
+        matches
+            .subcommand()
+            .and_then(|(_, m)| m.subcommand())
+            .map(|(_, m)| m),
+    );
     let result = match cli.command {
         Command::Eval(args) => cli::eval::run(args, &positions),
         Command::Inspect(args) => cli::inspect::run(args),
@@ -75,6 +86,7 @@ fn main() -> ExitCode {
         Command::Export(args) => cli::export::run(args),
         Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
+        Command::Render(args) => cli::render_plan::run(args, &nested_positions),
         Command::Controller(args) => cli::controller::run(args),
     };
     match result {

@@ -231,7 +231,8 @@ impl ManifestFile {
             .filter(move |o| kinds.contains(&o.kind()))
     }
 
-    fn field_error(
+    /// An error about `field` of `object` (a path inside it), placed in this file.
+    pub fn field_error(
         &self,
         object: &Object,
         field: &str,

@@ -1145,3 +1145,210 @@ fn closed_stdout_ends_quietly_with_the_verdict_as_exit_code() {
     assert_eq!(denied.status.code(), Some(1), "{}", stderr(&denied));
     assert_eq!(stderr(&denied), "");
 }
+
+const WORKED: [&str; 6] = [
+    "--cluster",
+    "examples/cluster.yaml",
+    "--machine",
+    "examples/machine.yaml",
+    "--inventory",
+    "examples/inventory.yaml",
+];
+
+#[test]
+fn render_vcd_writes_the_plan_or_what_capvcd_builds() {
+    let plan = nicpolicy(
+        &[
+            &["render", "vcd"][..],
+            &WORKED,
+            &["--settings", "examples/settings.yaml"],
+        ]
+        .concat(),
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", stderr(&plan));
+    let xml = stdout(&plan);
+    assert!(
+        xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NetworkConnectionSection "),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<NetworkConnection ").count(), 3, "{xml}");
+    assert!(
+        xml.contains("<IpAddressAllocationMode>DHCP</IpAddressAllocationMode>"),
+        "{xml}"
+    );
+    assert!(
+        stderr(&plan).contains("not built as planned: NIC 1 (storage-net)")
+            && stderr(&plan).contains("vApp networks to attach"),
+        "{}",
+        stderr(&plan)
+    );
+    let built = nicpolicy(
+        &[
+            &["render", "vcd", "--built"][..],
+            &WORKED,
+            &["--settings", "examples/settings.yaml"],
+        ]
+        .concat(),
+    );
+    assert!(!stdout(&built).contains("DHCP"), "{}", stdout(&built));
+    // A denied machine is built by nobody.
+    let denied = nicpolicy(&[
+        "render",
+        "vcd",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/invalid-machine.yaml",
+    ]);
+    assert_eq!(denied.status.code(), Some(1));
+    assert!(stdout(&denied).is_empty());
+    assert!(
+        stderr(&denied).contains("Duplicate value"),
+        "{}",
+        stderr(&denied)
+    );
+}
+
+#[test]
+fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
+    let nics = ["--nics", "examples/vm-network-connection-section.xml"];
+    let out = nicpolicy(&[&["render", "network-config"][..], &WORKED, &nics].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let config: serde_json::Value = serde_yaml_ng::from_str(&stdout(&out)).expect("YAML");
+    assert_eq!(config["version"], 2);
+    let ethernets = config["ethernets"].as_object().expect("ethernets");
+    assert_eq!(ethernets.len(), 3);
+    let defaults: Vec<&str> = ethernets
+        .values()
+        .flat_map(|e| e["routes"].as_array().into_iter().flatten())
+        .filter(|r| r["to"] == "0.0.0.0/0")
+        .filter_map(|r| r["via"].as_str())
+        .collect();
+    assert_eq!(defaults, ["10.10.0.1"]);
+    assert_eq!(
+        ethernets["nic1"]["match"]["macaddress"],
+        "00:50:56:01:2a:11"
+    );
+    assert_eq!(ethernets["nic1"]["mtu"], 9000);
+    assert!(
+        stderr(&out).contains("node-ip: \"10.10.0.23\""),
+        "{}",
+        stderr(&out)
+    );
+
+    let v2 = nicpolicy(
+        &[
+            &["render", "network-config", "--bootstrap-version", "v1beta2"][..],
+            &WORKED,
+            &nics,
+        ]
+        .concat(),
+    );
+    assert!(stderr(&v2).contains("- name: node-ip\n"), "{}", stderr(&v2));
+
+    // Without the inventory there is no prefix or gateway; a section of another VM is refused.
+    let bare = nicpolicy(&[
+        "render",
+        "network-config",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/machine.yaml",
+        "--nics",
+        "examples/vm-network-connection-section.xml",
+    ]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(
+        stderr(&bare).contains("--inventory is needed"),
+        "{}",
+        stderr(&bare)
+    );
+    // A PUT body (no MACs yet) instead of the VM's section, then another VM's section.
+    let put = nicpolicy(
+        &[
+            &["render", "network-config"][..],
+            &WORKED,
+            &["--nics", "tests/fixtures/vcd/worker-four-networks.xml"],
+        ]
+        .concat(),
+    );
+    assert_eq!(put.status.code(), Some(2));
+    assert!(
+        stderr(&put).contains("NIC 0: the VM's section gives no MACAddress"),
+        "{}",
+        stderr(&put)
+    );
+    let section =
+        std::fs::read_to_string(workspace().join("examples/vm-network-connection-section.xml"))
+            .unwrap()
+            .replace("network=\"storage-net\"", "network=\"backup-net\"");
+    let other_vm = scratch("other-vm.xml", section.as_bytes());
+    let other = nicpolicy(
+        &[
+            &["render", "network-config"][..],
+            &WORKED,
+            &["--nics", other_vm.as_str()],
+        ]
+        .concat(),
+    );
+    assert_eq!(other.status.code(), Some(2));
+    assert!(
+        stderr(&other)
+            .contains("NIC 1: the VM's NIC 1 is on backup-net, the plan's on storage-net"),
+        "{}",
+        stderr(&other)
+    );
+    let not_xml = nicpolicy(
+        &[
+            &["render", "network-config"][..],
+            &WORKED,
+            &["--nics", "examples/machine.yaml"],
+        ]
+        .concat(),
+    );
+    assert_eq!(not_xml.status.code(), Some(2));
+    assert!(
+        stderr(&not_xml).contains("--nics examples/machine.yaml"),
+        "{}",
+        stderr(&not_xml)
+    );
+}
+
+#[test]
+fn audit_reports_a_vm_that_drifted_from_its_plan() {
+    let audit = |section: &str| {
+        nicpolicy(&[
+            "audit",
+            "examples/cluster.yaml",
+            "examples/machine.yaml",
+            "--inventory",
+            "examples/inventory.yaml",
+            "--vm-nics",
+            &format!("prod-eu1/prod-eu1-md-0-x7k2p={section}"),
+        ])
+    };
+    let same = audit("examples/vm-network-connection-section.xml");
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(!stdout(&same).contains("drift"));
+    let other = audit("tests/fixtures/vcd/worker-four-networks.xml");
+    assert_eq!(other.status.code(), Some(1), "{}", stdout(&other));
+    let text = stdout(&other);
+    assert!(
+        text.contains("drift: NIC 1: network is workload-net on the VM, the plan has storage-net")
+            && text.contains("drift: the VM has NIC 3 (backup-net), which the plan does not have"),
+        "{text}"
+    );
+    let unknown = nicpolicy(&[
+        "audit",
+        "examples/cluster.yaml",
+        "examples/machine.yaml",
+        "--vm-nics",
+        "prod-eu1-md-0-zzzzz=examples/vm-network-connection-section.xml",
+    ]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("no VCDMachine of that name"),
+        "{}",
+        stderr(&unknown)
+    );
+}

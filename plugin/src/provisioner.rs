@@ -138,6 +138,12 @@ pub struct Unapplied {
 impl Unapplied {
     /// `NIC 2 (storage-net): ipAllocationMode DHCP is not applied: CAPVCD builds POOL`.
     pub fn message(&self) -> String {
+        if self.planned == NO_NIC {
+            return format!(
+                "NIC {} is not in the plan: {} attaches {}",
+                self.index, self.provisioner, self.built
+            );
+        }
         format!(
             "NIC {} ({}): {} {} is not applied: {} builds {}",
             self.index,
@@ -149,6 +155,9 @@ impl Unapplied {
         )
     }
 }
+
+/// [`Unapplied::planned`] of a NIC the provisioner attaches that the plan leaves out.
+pub const NO_NIC: &str = "no NIC";
 
 /// The object field that made NIC `index` (see [`Unapplied::object_field`]).
 fn object_field(kind: ObjectKind, index: u32) -> String {
@@ -208,6 +217,24 @@ pub fn unapplied(
         }
         for (field, planned, built) in stock_differences(nic) {
             push(field, planned, built);
+        }
+    }
+    // NICs the provisioner attaches that the plan leaves out (a plan without NICs has none to
+    // compare: its primary network is not known).
+    if !decision.nics.is_empty() && !provisioner.applies(PlanField::Network) {
+        for (i, network) in extras.iter().enumerate() {
+            let index = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            if decision.nics.iter().all(|nic| nic.index != index) {
+                found.push(Unapplied {
+                    provisioner: provisioner.name.clone(),
+                    object_field: object_field(request.kind, index),
+                    index,
+                    network: network.clone(),
+                    field: PlanField::Network,
+                    planned: NO_NIC.to_string(),
+                    built: format!("{network} (extraOvdcNetworks[{i}])"),
+                });
+            }
         }
     }
     found
@@ -387,6 +414,23 @@ mod tests {
             ]
         );
         assert_eq!(found[4].built, "no NIC 3 (extraOvdcNetworks has 2)");
+    }
+
+    #[test]
+    fn a_nic_the_plan_leaves_out_is_reported() {
+        let (request, decision) = planned(
+            &["storage-net", "workload-net"],
+            vec![nic(0, "mgmt-net"), nic(1, "storage-net")],
+        );
+        let found = unapplied(&Provisioner::capvcd(), &request, &decision);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].message(),
+            "NIC 2 is not in the plan: CAPVCD attaches workload-net (extraOvdcNetworks[1])"
+        );
+        // Without any plan there is nothing to compare.
+        let (request, empty) = planned(&["storage-net"], Vec::new());
+        assert_eq!(unapplied(&Provisioner::capvcd(), &request, &empty), []);
     }
 
     #[test]

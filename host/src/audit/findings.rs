@@ -11,6 +11,7 @@ use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
 use crate::chain::{ChainEvaluation, PolicyChain};
 use crate::lifecycle::judge;
+use crate::vcd::Drift;
 use crate::webhook::clusters::ClusterGroup;
 
 /// What a machine came to.
@@ -65,6 +66,10 @@ pub struct Finding {
     /// decision, as warnings or violations).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unapplied: Vec<Unapplied>,
+    /// How the machine's VM, as a saved `NetworkConnectionSection` shows it, differs from the
+    /// plan (`nicpolicy audit --vm-nics`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<Drift>,
     /// What the candidate chain would decide differently (shadow mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Shadow>,
@@ -108,6 +113,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         message: subject.cluster_unknown,
         decision: None,
         unapplied: Vec::new(),
+        drift: Vec::new(),
         shadow: None,
         request: None,
         elapsed: Duration::ZERO,

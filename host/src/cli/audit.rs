@@ -57,6 +57,12 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// A VCDMachine's VM as Cloud Director returns its NetworkConnectionSection (GET
+    /// <vm>/networkConnectionSection/, saved to FILE): the machine's plan is compared with it
+    /// and each difference reported as drift (a NIC missing, another network or order, another
+    /// mode or adapter). Repeatable; exit code 1 when a VM drifted.
+    #[arg(long = "vm-nics", value_name = "[NAMESPACE/]NAME=FILE", value_parser = parse_vm_nics)]
+    vm_nics: Vec<(String, PathBuf)>,
     /// Also write a JUnit XML report to FILE: one testsuite per cluster, one testcase per
     /// machine (denied: a failure; not evaluated: an error; skipped: skipped).
     #[arg(long, value_name = "FILE")]
@@ -125,13 +131,14 @@ pub fn run(
         subjects.retain(|s| args.namespaces.contains(&s.object.namespace));
     }
     let read = started.elapsed();
-    let findings = evaluate_all(
+    let mut findings = evaluate_all(
         subjects,
         &chain,
         candidate
             .as_ref()
             .map(|c| c as &dyn nicpolicy::audit::Chains),
     );
+    let drifted = compare_vms(&mut findings, &args.vm_nics)?;
     let summary = Summary::of(&findings);
     if args.verbose {
         eprintln!(
@@ -160,13 +167,73 @@ pub fn run(
             .with_context(|| format!("{}: cannot write the JUnit report", path.display()))
             .map_err(usage)?;
     }
-    let code = summary.exit_code();
+    let code = match summary.exit_code() {
+        0 if drifted => crate::exit::DENIED,
+        code => code,
+    };
     // A file that could not be read is bad input, unless a denial already says more.
     Ok(if code == 0 && !unreadable.is_empty() {
         crate::exit::USAGE
     } else {
         code
     })
+}
+
+/// `[NAMESPACE/]NAME=FILE` of `--vm-nics`.
+fn parse_vm_nics(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!(
+            "{text:?} is not [NAMESPACE/]NAME=FILE (the VCDMachine, then its saved \
+             NetworkConnectionSection)"
+        )),
+    }
+}
+
+/// Compares each `--vm-nics` section with the plan of its VCDMachine's finding; whether any VM
+/// drifted.
+fn compare_vms(findings: &mut [Finding], vms: &[(String, PathBuf)]) -> Result<bool, Failure> {
+    let mut drifted = false;
+    for (name, path) in vms {
+        let xml = nicpolicy::files::read_at_most(path, 1 << 20)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .ok_or_else(|| {
+                usage(anyhow::anyhow!(
+                    "--vm-nics {}: cannot be read as text (of at most 1 MiB)",
+                    path.display()
+                ))
+            })?;
+        let vm = nicpolicy::vcd::parse_section(&xml)
+            .with_context(|| format!("--vm-nics {}", path.display()))
+            .map_err(usage)?;
+        let (namespace, machine) = match name.split_once('/') {
+            Some((namespace, machine)) => (Some(namespace), machine),
+            None => (None, name.as_str()),
+        };
+        let finding = findings
+            .iter_mut()
+            .find(|f| {
+                f.object.kind == "VCDMachine"
+                    && f.object.name == machine
+                    && namespace.is_none_or(|ns| f.object.namespace == ns)
+            })
+            .ok_or_else(|| {
+                usage(anyhow::anyhow!(
+                    "--vm-nics {name}: no VCDMachine of that name among the audited machines"
+                ))
+            })?;
+        let plan = finding
+            .decision
+            .as_ref()
+            .map(|d| d.nics.as_slice())
+            .unwrap_or_default();
+        finding.drift = nicpolicy::vcd::drift(plan, &vm);
+        drifted |= !finding.drift.is_empty();
+    }
+    Ok(drifted)
 }
 
 /// The candidate chain, when `--candidate` is given.
@@ -357,6 +424,12 @@ fn render_audit(
             }
             for line in finding.shadow.iter().flat_map(|s| &s.details) {
                 lines.push(format!("candidate: {line}"));
+            }
+            for item in &finding.unapplied {
+                lines.push(format!("not built as planned: {}", item.message()));
+            }
+            for drift in &finding.drift {
+                lines.push(format!("drift: {}", drift.message()));
             }
             notes.push(lines);
         }

@@ -4,13 +4,16 @@ use std::path::PathBuf;
 
 use nicpolicy::manifest;
 
+use nicpolicy::PolicyChain;
+
 use super::policy_args::{load_chain, policy_specs, PolicyArgs, Positions, ProvisionerArgs};
 use super::render::render_decision;
 use super::{runtime, usage, Failure, Format};
 use crate::exit;
 
+/// The inputs of one machine's decision, shared by `eval` and `render`.
 #[derive(clap::Args)]
-pub struct EvalArgs {
+pub struct MachineArgs {
     /// File holding the VCDCluster (a whole `clusterctl generate cluster` output works); the
     /// machine file itself when omitted and it holds one. Without either, the machine is checked
     /// as one whose cluster is not known yet: only the rules that need no cluster apply.
@@ -41,6 +44,95 @@ pub struct EvalArgs {
     policy: PolicyArgs,
     #[command(flatten)]
     provisioner: ProvisionerArgs,
+}
+
+impl MachineArgs {
+    /// The machine file, read.
+    fn machines(&self) -> Result<manifest::ManifestFile, Failure> {
+        manifest::ManifestFile::read(&self.machine).map_err(usage)
+    }
+
+    /// The inventory file, read (`None` without --inventory).
+    pub fn inventory(&self) -> Result<Option<nicpolicy::plugin::Inventory>, Failure> {
+        self.inventory
+            .as_deref()
+            .map(manifest::read_inventory)
+            .transpose()
+            .map_err(usage)
+    }
+
+    /// The inventory file's path.
+    pub fn inventory_path(&self) -> Option<&std::path::Path> {
+        self.inventory.as_deref()
+    }
+
+    /// Loads the chain and judges one machine as the webhook judges it (deletions, ratcheted
+    /// updates, request faults); several machines in the file need --machine-name.
+    pub fn judge(&self, positions: &Positions, verbose: bool) -> Result<Judged, Failure> {
+        let machines = self.machines()?;
+        self.judge_in(&machines, positions, verbose)
+    }
+
+    fn judge_in(
+        &self,
+        machines: &manifest::ManifestFile,
+        positions: &Positions,
+        verbose: bool,
+    ) -> Result<Judged, Failure> {
+        // Without --cluster, the machine file's own VCDCluster (a whole clusterctl output); a
+        // file without one leaves the cluster unknown, as the webhook treats a machine without
+        // cluster.
+        let cluster = match self.cluster.as_deref() {
+            Some(path) => Some(path),
+            None => machines
+                .of_kinds(&["VCDCluster"])
+                .next()
+                .map(|_| self.machine.as_path()),
+        };
+        let request = manifest::RequestFiles {
+            cluster,
+            machine: Some(&self.machine),
+            machine_name: self.machine_name.as_deref(),
+            old: self.old.as_deref(),
+            inventory: self.inventory.as_deref(),
+        }
+        .build()
+        .map_err(usage)?;
+        let chain = self.chain(positions, verbose)?;
+        // The error names the policy that failed and says why.
+        let evaluation =
+            nicpolicy::lifecycle::judge(&request, |r| chain.evaluate(r)).map_err(runtime)?;
+        Ok(Judged {
+            request,
+            chain,
+            evaluation,
+        })
+    }
+
+    /// The chain of --policy (with its --settings), reporting what the provisioner will not
+    /// apply.
+    fn chain(&self, positions: &Positions, verbose: bool) -> Result<PolicyChain, Failure> {
+        let specs = policy_specs(&self.policy, &self.settings, positions)?;
+        Ok(self
+            .provisioner
+            .apply(load_chain(&self.policy, &specs, verbose)?))
+    }
+}
+
+/// One machine, judged.
+pub struct Judged {
+    /// The request the policies saw.
+    pub request: nicpolicy::plugin::Request,
+    /// The chain that judged it.
+    pub chain: PolicyChain,
+    /// Its decision, logs and time.
+    pub evaluation: nicpolicy::ChainEvaluation,
+}
+
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    machine: MachineArgs,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -51,8 +143,8 @@ pub struct EvalArgs {
 
 /// Runs `nicpolicy eval`.
 pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
-    let machines = manifest::ManifestFile::read(&args.machine).map_err(usage)?;
-    if args.machine_name.is_none()
+    let machines = args.machine.machines()?;
+    if args.machine.machine_name.is_none()
         && machines
             .of_kinds(&nicpolicy::audit::inputs::MACHINE_KINDS)
             .count()
@@ -60,33 +152,11 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     {
         return eval_many(args, machines, positions);
     }
-    // Without --cluster, the machine file's own VCDCluster (a whole clusterctl output); a file
-    // without one leaves the cluster unknown, as the webhook treats a machine without cluster.
-    let cluster = match args.cluster.as_deref() {
-        Some(path) => Some(path),
-        None => machines
-            .of_kinds(&["VCDCluster"])
-            .next()
-            .map(|_| args.machine.as_path()),
-    };
-    let request = manifest::RequestFiles {
-        cluster,
-        machine: Some(&args.machine),
-        machine_name: args.machine_name.as_deref(),
-        old: args.old.as_deref(),
-        inventory: args.inventory.as_deref(),
-    }
-    .build()
-    .map_err(usage)?;
-    let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = args
-        .provisioner
-        .apply(load_chain(&args.policy, &specs, args.verbose)?);
-
-    // The error names the policy that failed and says why.
-    // Judged as the webhook judges: deletions, ratcheted updates, request faults.
-    let evaluation =
-        nicpolicy::lifecycle::judge(&request, |r| chain.evaluate(r)).map_err(runtime)?;
+    let Judged {
+        request,
+        chain,
+        evaluation,
+    } = args.machine.judge_in(&machines, positions, args.verbose)?;
     if args.verbose {
         for line in &evaluation.logs {
             eprintln!("policy log [{:?}]: {}", line.level, line.message);
@@ -116,28 +186,21 @@ fn eval_many(
     machines: manifest::ManifestFile,
     positions: &Positions,
 ) -> Result<u8, Failure> {
-    if let Some(old) = &args.old {
+    let inputs = &args.machine;
+    if let Some(old) = &inputs.old {
         return Err(usage(anyhow::anyhow!(
             "--old {}: an UPDATE is of one machine; choose it with --machine-name",
             old.display()
         )));
     }
-    let clusters = args
+    let clusters = inputs
         .cluster
         .as_deref()
         .map(manifest::ManifestFile::read)
         .transpose()
         .map_err(usage)?;
-    let inventory = args
-        .inventory
-        .as_deref()
-        .map(manifest::read_inventory)
-        .transpose()
-        .map_err(usage)?;
-    let specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let chain = args
-        .provisioner
-        .apply(load_chain(&args.policy, &specs, args.verbose)?);
+    let inventory = inputs.inventory()?;
+    let chain = inputs.chain(positions, args.verbose)?;
     super::audit::eval_many(machines, clusters, inventory, &chain, args.output)
 }
 

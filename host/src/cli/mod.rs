@@ -11,6 +11,7 @@ pub mod out;
 pub mod playground;
 pub mod policy_args;
 pub mod render;
+pub mod render_plan;
 pub mod review;
 pub mod serve;
 pub mod test;

@@ -157,6 +157,7 @@ mod tests {
             message: None,
             decision: Some(decision),
             unapplied: Vec::new(),
+            drift: Vec::new(),
             shadow: None,
             request: None,
             elapsed: Duration::ZERO,

@@ -159,7 +159,8 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
         .unwrap()
         .starts_with("NIC plan: mgmt-net, storage-net"));
 
-    // The candidate chain (config/controller/candidate/): at most 4 NICs, DHCP on workload-net.
+    // The candidate chain (config/controller/candidate/): at most 4 NICs, DHCP on storage-net
+    // and workload-net.
     let wide = result(&report, "audit-eu1-md-0-wide").expect("wide reported");
     assert_eq!(wide["result"], "pass");
     assert_eq!(wide["properties"]["candidate"], "newly denied", "{wide}");
