@@ -94,6 +94,7 @@ pub fn run(args: ControllerArgs) -> Result<u8, Failure> {
         debounce: args.debounce,
         bounds: Bounds {
             max_results: args.max_report_results.max(1),
+            ..Bounds::default()
         },
         events_per_minute: args.events_per_minute,
         events_burst: args.events_burst,

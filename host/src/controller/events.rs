@@ -58,6 +58,12 @@ impl EventGate {
         }
     }
 
+    /// Forgets that `key` was announced failing (its Event could not be published): the
+    /// failure is announced again when it is seen next.
+    pub fn forget(&mut self, key: &str) {
+        self.last.insert(key.to_string(), None);
+    }
+
     /// Forgets objects that no longer exist.
     pub fn retain(&mut self, mut exists: impl FnMut(&str) -> bool) {
         self.last.retain(|key, _| exists(key));

@@ -10,6 +10,7 @@
 //! | `nicpolicy_controller_report_writes_total` | `result` | PolicyReport writes: `written`, `unchanged`, `deleted`, `failed` |
 //! | `nicpolicy_controller_events_total` | `result` | Events: `sent`, `dropped` (rate limit), `failed` |
 //! | `nicpolicy_controller_leader` | | 1 while this replica holds the Lease |
+//! | `nicpolicy_controller_retries_waiting` | | namespaces whose PolicyReport or Events failed, waiting to be tried again (1 s doubling to 5 min) |
 //! | `nicpolicy_controller_policy_generation` | | generation of the loaded configuration (rises on reload) |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -54,6 +55,8 @@ pub struct Metrics {
     pub events: Family<ResultLabel, Counter>,
     /// 1 while leading.
     pub leader: Gauge,
+    /// Namespaces waiting for a retry.
+    pub retries_waiting: Gauge,
     /// Loaded configuration generation.
     pub policy_generation: Gauge,
 }
@@ -78,6 +81,7 @@ impl Metrics {
             report_writes: Family::default(),
             events: Family::default(),
             leader: Gauge::default(),
+            retries_waiting: Gauge::default(),
             policy_generation: Gauge::default(),
         };
         registry.register(
@@ -115,6 +119,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader Lease",
             metrics.leader.clone(),
+        );
+        registry.register(
+            "retries_waiting",
+            "Namespaces whose PolicyReport or Events failed, waiting to be tried again",
+            metrics.retries_waiting.clone(),
         );
         registry.register(
             "policy_generation",

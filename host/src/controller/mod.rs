@@ -19,10 +19,11 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod report;
+pub mod retry;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,9 +48,10 @@ use crate::webhook::ServeLoadError;
 use crate::{Host, PolicyChain};
 
 use self::events::EventGate;
-use self::lease::LeaseConfig;
+use self::lease::{Leadership, LeaseConfig};
 use self::metrics::Metrics;
 use self::report::Bounds;
+use self::retry::Retries;
 
 /// Field manager of the PolicyReports written.
 const MANAGER: &str = "nicpolicy-controller";
@@ -119,7 +121,9 @@ struct Shared {
     wake: Notify,
     synced: AtomicUsize,
     watches: AtomicUsize,
-    leading: Arc<AtomicBool>,
+    /// Watches whose last [`WATCH_FAILURES_UNREADY`] attempts all failed.
+    failing: AtomicUsize,
+    leading: Arc<Leadership>,
     metrics: Metrics,
     namespaces: Vec<String>,
 }
@@ -146,10 +150,36 @@ impl Shared {
         std::mem::take(&mut queue)
     }
 
+    /// Every cache synced, and no watch failing again and again: with a watch that cannot
+    /// reach the API server, new clusters would be unknown, so `/readyz` says so.
     fn ready(&self) -> bool {
         self.synced.load(Ordering::Acquire) >= self.watches.load(Ordering::Acquire)
+            && self.failing.load(Ordering::Acquire) == 0
     }
 }
+
+/// Runs one write while this replica leads: cut when its Lease would lapse, so a write does
+/// not wait on a stalled API server past the point where another replica may lead (a request
+/// already sent may still be applied; the next leader's write replaces it).
+async fn while_leading<T>(
+    leading: &Leadership,
+    write: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    let Some(left) = leading.remaining() else {
+        return write.await.map_err(|err| err.to_string());
+    };
+    match tokio::time::timeout(left, write).await {
+        Ok(result) => result.map_err(|err| err.to_string()),
+        Err(_) => Err(format!(
+            "not finished within the {} ms this replica still led",
+            left.as_millis()
+        )),
+    }
+}
+
+/// Failed attempts in a row after which a watch makes the controller not ready (the watcher
+/// backs off 0.8 s doubling between them, so about 6 s of an API server that cannot be reached).
+const WATCH_FAILURES_UNREADY: u32 = 3;
 
 /// One watched resource and its cache.
 struct Watched {
@@ -179,7 +209,12 @@ pub async fn run(
         wake: Notify::new(),
         synced: AtomicUsize::new(0),
         watches: AtomicUsize::new(usize::MAX),
-        leading: Arc::new(AtomicBool::new(options.lease.is_none())),
+        failing: AtomicUsize::new(0),
+        leading: Arc::new(if options.lease.is_none() {
+            Leadership::always()
+        } else {
+            Leadership::elected()
+        }),
         metrics: Metrics::new(),
         namespaces: options.namespaces.clone(),
     });
@@ -253,6 +288,7 @@ pub async fn run(
         ),
         generations: (0, 0),
         was_leading: false,
+        retries: Retries::default(),
     };
     worker.gate = (worker.options.events_per_minute > 0).then(|| {
         EventGate::new(
@@ -314,7 +350,22 @@ async fn start_watches(
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let mut synced = false;
+            let mut failures = 0;
             while let Some(event) = stream.next().await {
+                let failed = event.is_err();
+                if !failed && failures >= WATCH_FAILURES_UNREADY {
+                    shared_for_task.failing.fetch_sub(1, Ordering::AcqRel);
+                    tracing::info!(kind = %kind, "watch recovered");
+                }
+                if failed {
+                    failures += 1;
+                    if failures == WATCH_FAILURES_UNREADY {
+                        shared_for_task.failing.fetch_add(1, Ordering::AcqRel);
+                        tracing::warn!(kind = %kind, failures, "watch keeps failing: not ready until it recovers");
+                    }
+                } else {
+                    failures = 0;
+                }
                 match event {
                     Ok(
                         watcher::Event::Apply(o)
@@ -360,6 +411,8 @@ struct Worker {
     recorder: Recorder,
     generations: (u64, u64),
     was_leading: bool,
+    /// Namespaces whose report or Events failed, waiting with backoff.
+    retries: Retries,
 }
 
 impl Worker {
@@ -376,7 +429,7 @@ impl Worker {
                 tracing::info!("shutting down");
                 return;
             }
-            let leading = self.shared.leading.load(Ordering::Acquire);
+            let leading = self.shared.leading.is_leading();
             self.shared.metrics.leader.set(i64::from(leading));
             let generations = (
                 self.served.get().generation,
@@ -416,6 +469,9 @@ impl Worker {
                 for namespace in self.known_namespaces() {
                     self.shared.enqueue(&namespace);
                 }
+            }
+            for namespace in self.retries.due(tokio::time::Instant::now()) {
+                self.shared.enqueue(&namespace);
             }
             if !self.shared.ready() || !leading {
                 continue;
@@ -462,11 +518,15 @@ impl Worker {
             }
         }
         let mut evaluated = 0;
+        // A namespace waiting out a failed write is left to its retry, however often its
+        // objects change meanwhile.
+        let now = tokio::time::Instant::now();
+        objects.retain(|namespace, _| !self.retries.holding(namespace, now));
         let mut pending = objects.into_iter();
         while let Some((namespace, list)) = pending.next() {
             // A first pass over a large cluster takes a while: stop between namespaces when
             // shutting down or when another replica took over, and leave the rest queued.
-            if *stop.borrow() || !self.shared.leading.load(Ordering::Acquire) {
+            if *stop.borrow() || !self.shared.leading.is_leading() {
                 self.shared.enqueue(&namespace);
                 for (namespace, _) in pending.by_ref() {
                     self.shared.enqueue(&namespace);
@@ -494,12 +554,32 @@ impl Worker {
             // Before the report is written: whoever reads a report then finds the metrics
             // counting it.
             self.gauges();
-            if let Err(err) = self.report(&namespace, &findings).await {
-                tracing::warn!(%namespace, error = %err, "cannot write the PolicyReport; retrying");
-                Metrics::count(&self.shared.metrics.report_writes, "failed");
+            // Evaluating took a while: the Lease may have lapsed meanwhile.
+            if !self.shared.leading.is_leading() {
                 self.shared.enqueue(&namespace);
+                continue;
             }
-            self.events(&namespace, &findings).await;
+            let leading = self.shared.leading.clone();
+            let written = match while_leading(&leading, self.report(&namespace, &findings)).await {
+                Ok(()) => true,
+                Err(err) => {
+                    Metrics::count(&self.shared.metrics.report_writes, "failed");
+                    let wait = self.retries.failed(&namespace, tokio::time::Instant::now());
+                    tracing::warn!(%namespace, error = %err, retry_in_ms = wait.as_millis(), "cannot write the PolicyReport");
+                    false
+                }
+            };
+            let announced = self.events(&namespace, &findings).await;
+            if written && announced {
+                self.retries.succeeded(&namespace);
+            } else if written {
+                let wait = self.retries.failed(&namespace, tokio::time::Instant::now());
+                tracing::info!(%namespace, retry_in_ms = wait.as_millis(), "Events not published; trying them again");
+            }
+            self.shared
+                .metrics
+                .retries_waiting
+                .set(i64::try_from(self.retries.len()).unwrap_or(i64::MAX));
         }
         tracing::debug!(
             objects = evaluated,
@@ -625,10 +705,11 @@ impl Worker {
         Ok(())
     }
 
-    /// A Warning Event on each object that newly fails.
-    async fn events(&mut self, namespace: &str, findings: &[Finding]) {
+    /// A Warning Event on each object that newly fails; `false` when one could not be
+    /// published (it is announced again on the namespace's retry).
+    async fn events(&mut self, namespace: &str, findings: &[Finding]) -> bool {
         let Some(gate) = self.gate.as_mut() else {
-            return;
+            return true;
         };
         let prefix = format!("{namespace}/");
         let keys: Vec<String> = findings
@@ -647,6 +728,7 @@ impl Worker {
                 Metrics::count(&self.shared.metrics.events, "dropped");
             }
         }
+        let mut published = true;
         for finding in to_send {
             let violations: Vec<String> = finding
                 .decision
@@ -678,14 +760,25 @@ impl Worker {
                 action: "Audit".to_string(),
                 secondary: None,
             };
-            match self.recorder.publish(&event, &reference).await {
+            let publish = self.recorder.publish(&event, &reference);
+            match while_leading(&self.shared.leading, publish).await {
                 Ok(()) => Metrics::count(&self.shared.metrics.events, "sent"),
                 Err(err) => {
                     Metrics::count(&self.shared.metrics.events, "failed");
                     tracing::warn!(object = %finding.object, error = %err, "cannot publish the Event");
+                    // Not announced: the retry of the namespace announces it.
+                    if let Some(gate) = self.gate.as_mut() {
+                        gate.forget(&events::key(
+                            namespace,
+                            &finding.object.kind,
+                            &finding.object.name,
+                        ));
+                    }
+                    published = false;
                 }
             }
         }
+        published
     }
 
     /// Sets the gauges from every namespace's totals.
@@ -787,11 +880,20 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     if shared.ready() {
         (StatusCode::OK, "ok\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches syncing\n").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches syncing, or a watch failing again and again\n",
+        )
+            .into_response()
     }
 }
 
 async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
+    // Read now, not when the worker last looked: it may be waiting on the API server.
+    shared
+        .metrics
+        .leader
+        .set(i64::from(shared.leading.is_leading()));
     (
         [(
             axum::http::header::CONTENT_TYPE,

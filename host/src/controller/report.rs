@@ -27,12 +27,18 @@ pub struct Bounds {
     /// Results per report. Failures and errors are kept first; the summary always counts
     /// every object.
     pub max_results: usize,
+    /// Bytes of results (as JSON) per report: what does not fit is left out like results over
+    /// `max_results`, so a report stays under 1 MiB however long its messages and properties
+    /// (etcd refuses objects over 1.5 MiB).
+    pub max_bytes: usize,
 }
 
 impl Default for Bounds {
     fn default() -> Self {
-        // About 400 KiB at the longest messages: well inside etcd's object size limit.
-        Bounds { max_results: 1000 }
+        Bounds {
+            max_results: 1000,
+            max_bytes: 900 << 10,
+        }
     }
 }
 
@@ -93,7 +99,10 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     };
     let mut properties = BTreeMap::new();
     if let Some(cluster) = &finding.cluster {
-        properties.insert("cluster", format!("{}/{}", cluster.kind, cluster.name));
+        properties.insert(
+            "cluster",
+            cut(&format!("{}/{}", cluster.kind, cluster.name)),
+        );
     }
     if let Some(why) = finding
         .message
@@ -110,7 +119,7 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     }
     let result = |rule: &str, message: String, extra: &[(&'static str, String)]| {
         let mut properties = properties.clone();
-        properties.extend(extra.iter().cloned());
+        properties.extend(extra.iter().map(|(k, v)| (*k, cut(v))));
         let mut r = json!({
             "source": "nicpolicy",
             "policy": policy,
@@ -219,8 +228,18 @@ pub fn build(
             })
             .then_with(|| a["message"].as_str().cmp(&b["message"].as_str()))
     });
-    let left_out = results.len().saturating_sub(bounds.max_results);
-    results.truncate(bounds.max_results);
+    // Whole results, in rank order, while they fit both bounds.
+    let mut bytes = 0;
+    let kept = results
+        .iter()
+        .take(bounds.max_results)
+        .take_while(|r| {
+            bytes += r.to_string().len() + 1;
+            bytes <= bounds.max_bytes
+        })
+        .count();
+    let left_out = results.len() - kept;
+    results.truncate(kept);
     let content = json!({"summary": summary, "results": results});
     let fingerprint = format!("{:x}", Sha256::digest(content.to_string().as_bytes()));
     let mut annotations = BTreeMap::from([(FINGERPRINT_ANNOTATION, fingerprint.clone())]);
@@ -305,11 +324,16 @@ mod tests {
                 )
             })
             .collect();
+        // The count bound alone (the byte bound has a test of its own).
+        let count_only = Bounds {
+            max_bytes: usize::MAX,
+            ..Bounds::default()
+        };
         let report = build(
             "prod-eu1",
             &|_| "nicpolicy-capvcd".into(),
             &findings,
-            Bounds::default(),
+            count_only,
         );
         let results = report.object["results"].as_array().unwrap();
         assert_eq!(results.len(), 1000);
@@ -366,6 +390,58 @@ mod tests {
         );
         // The object still counts once, as passing.
         assert_eq!(report.object["summary"]["pass"], 1);
+    }
+
+    #[test]
+    fn a_report_of_a_thousand_worst_case_results_stays_under_a_mebibyte() {
+        // Every result as long as it can be: a message at the cut, long names, and every
+        // property the controller sets at its longest.
+        let long = "x".repeat(4096);
+        let findings: Vec<Finding> = (0..1000)
+            .map(|i| {
+                let mut f = finding(&format!("prod-eu1-md-0-{i:04}-{}", "n".repeat(200)), 1);
+                f.cluster = Some(crate::webhook::clusters::ClusterGroup {
+                    kind: "Cluster",
+                    namespace: long.clone(),
+                    name: long.clone(),
+                });
+                f.message = Some(long.clone());
+                let mut unknown = nicpolicy_plugin::testing::worker(&[]);
+                unknown.cluster_unknown = true;
+                f.request = Some(unknown);
+                f.shadow = Some(crate::audit::shadow::Shadow {
+                    change: crate::audit::shadow::Change::NicPlan,
+                    details: vec![long.clone(); 4],
+                    decision: None,
+                });
+                f
+            })
+            .collect();
+        let report = build(
+            "prod-eu1",
+            &|_| "capvcd".into(),
+            &findings,
+            Bounds::default(),
+        );
+        let size = report.object.to_string().len();
+        assert!(size < 1 << 20, "{size} bytes");
+        assert!(report.left_out > 0, "nothing left out at {size} bytes");
+        assert_eq!(
+            report.object["metadata"]["annotations"][TRUNCATED_ANNOTATION],
+            report.left_out.to_string()
+        );
+        // Failures first, and the summary counts every object.
+        assert_eq!(report.object["summary"]["fail"], 1000);
+        // The count bound alone would not have kept it under etcd's limit.
+        let count_only = Bounds {
+            max_bytes: usize::MAX,
+            ..Bounds::default()
+        };
+        let unbounded = build("prod-eu1", &|_| "capvcd".into(), &findings, count_only);
+        assert!(
+            unbounded.object.to_string().len() > 3 << 19,
+            "1.5 MiB or more"
+        );
     }
 
     #[test]

@@ -165,6 +165,32 @@ impl ControlPlane {
         self.wait_ready(READY_TIMEOUT)
     }
 
+    /// Freezes kube-apiserver (SIGSTOP): it keeps its port and accepts connections, but answers
+    /// nothing, as an overloaded or partitioned API server does to its clients, until
+    /// [`ControlPlane::resume_apiserver`].
+    pub fn pause_apiserver(&self) -> anyhow::Result<()> {
+        self.signal_apiserver("-STOP")
+    }
+
+    /// Lets a paused kube-apiserver run again (SIGCONT).
+    pub fn resume_apiserver(&self) -> anyhow::Result<()> {
+        self.signal_apiserver("-CONT")
+    }
+
+    fn signal_apiserver(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .apiserver
+            .pid()
+            .ok_or_else(|| anyhow::anyhow!("kube-apiserver is not running"))?;
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()?;
+        if !status.success() {
+            bail!("kill {signal} {pid}: {status}");
+        }
+        Ok(())
+    }
+
     /// The last lines of kube-apiserver's log.
     pub fn apiserver_log_tail(&self, lines: usize) -> String {
         self.apiserver.log_tail(lines)

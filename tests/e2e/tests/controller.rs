@@ -601,3 +601,135 @@ async fn a_policy_change_re_evaluates_every_namespace() {
             > generation
     );
 }
+
+#[tokio::test]
+async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
+    // Its own control plane: the API server is frozen (SIGSTOP) under a leading replica. Its
+    // renewals time out, so it must stop leading within the renew deadline, before the standby
+    // could take over; the standby cannot reach the Lease either. Both replicas' leader gauges
+    // (served by the replicas themselves) are sampled throughout: never both at 1.
+    let plane = ControlPlane::start("controller-stall").expect("the control plane starts");
+    let kubectl = plane.kubectl();
+    let ns = "audit-stall";
+    cluster_namespace(&kubectl, ns);
+    let client = plane.client().await;
+    machine(&client, ns, "audit-stall-md-0-a", ns, &["storage-net"]).await;
+    let settings = |identity: &str| Settings {
+        lease: Some(("e2e-stall".to_string(), LEASE)),
+        ..Settings::single(identity)
+    };
+    let replicas = std::sync::Arc::new([
+        Controller::start(&plane, &settings("replica-a")).await,
+        Controller::start(&plane, &settings("replica-b")).await,
+    ]);
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &replicas[0],
+        "the machine",
+        |r| r["summary"]["pass"] == 1,
+    )
+    .await;
+    let leaders = || {
+        let replicas = replicas.clone();
+        async move {
+            let mut leading = Vec::new();
+            for (i, replica) in replicas.iter().enumerate() {
+                if replica.metric(LEADER).await == 1.0 {
+                    leading.push(i);
+                }
+            }
+            leading
+        }
+    };
+    eventually(REPORT_DEADLINE, "one leader", || async {
+        leaders().await.len() == 1
+    })
+    .await;
+    let leader = leaders().await[0];
+
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        let replicas = replicas.clone();
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while sampling.load(std::sync::atomic::Ordering::Acquire) {
+                let a = replicas[0].metric(LEADER).await;
+                let b = replicas[1].metric(LEADER).await;
+                samples.push((Instant::now(), a, b));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        })
+    };
+    plane.pause_apiserver().expect("SIGSTOP");
+    let paused = Instant::now();
+    tokio::time::sleep(LEASE * 2).await;
+    // The frozen leader stopped leading: its renewals could not finish.
+    let during = leaders().await;
+    plane.resume_apiserver().expect("SIGCONT");
+    let resumed = Instant::now();
+    eventually(RECOVERY_DEADLINE, "one leader again", || async {
+        leaders().await.len() == 1
+    })
+    .await;
+    let recovered = resumed.elapsed();
+    tokio::time::sleep(LEASE).await;
+    sampling.store(false, std::sync::atomic::Ordering::Release);
+    let samples = sampler.await.expect("sampler");
+    let both: Vec<f64> = samples
+        .iter()
+        .filter(|(_, a, b)| *a == 1.0 && *b == 1.0)
+        .map(|(at, _, _)| at.duration_since(paused).as_secs_f64())
+        .collect();
+    let stepped_down = samples
+        .iter()
+        .find(|(at, a, b)| *at > paused && [*a, *b][leader] == 0.0)
+        .map(|(at, _, _)| at.duration_since(paused));
+    eprintln!(
+        "e2e: API server frozen {:.1} s: {} samples, leader stepped down after {:?}, one leader \
+         again {:.1} s after resuming",
+        (resumed - paused).as_secs_f64(),
+        samples.len(),
+        stepped_down,
+        recovered.as_secs_f64()
+    );
+    assert!(
+        both.is_empty(),
+        "both replicas led at {both:?} s after the freeze"
+    );
+    assert!(samples.len() >= 50, "only {} samples", samples.len());
+    assert!(
+        during.is_empty(),
+        "{during:?} still led with the API server frozen"
+    );
+    let stepped_down = stepped_down.expect("the leader stepped down during the freeze");
+    // Within the renew deadline (two thirds of the Lease) plus one retry and a sample.
+    assert!(stepped_down < LEASE, "stepped down after {stepped_down:?}");
+    // Reporting goes on.
+    set_extras(
+        &client,
+        ns,
+        "audit-stall-md-0-a",
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    let now_leading = leaders().await[0];
+    report_until(
+        &client,
+        ns,
+        RECOVERY_DEADLINE,
+        &replicas[now_leading],
+        "a change after the freeze",
+        |r| verdict(r, "audit-stall-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    let log = replicas[leader].log();
+    assert!(
+        log.contains("stopped leading: the lease was not renewed within the renew deadline"),
+        "{}",
+        replicas[leader].log_tail(30)
+    );
+}
