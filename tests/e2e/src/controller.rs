@@ -180,6 +180,15 @@ impl Controller {
             .collect()
     }
 
+    /// Whether `/readyz` answers 200.
+    pub async fn ready(&self) -> bool {
+        self.http
+            .get(self.url("/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
     /// One metric (`name{labels}` as printed), 0 when absent.
     pub async fn metric(&self, name: &str) -> f64 {
         self.metrics().await.get(name).copied().unwrap_or(0.0)

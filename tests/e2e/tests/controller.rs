@@ -733,3 +733,64 @@ async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
         replicas[leader].log_tail(30)
     );
 }
+
+#[tokio::test]
+async fn a_watch_that_keeps_failing_makes_the_controller_not_ready_until_it_recovers() {
+    // Its own control plane: the controller's right to list and watch is taken away and the API
+    // server restarted, so every watch starts over and is refused (403) again and again. New
+    // clusters would then be unknown to it: /readyz says so, and recovers once the right is back.
+    let mut plane = ControlPlane::start("controller-watch").expect("the control plane starts");
+    let kubectl = plane.kubectl();
+    let controller = Controller::start(&plane, &Settings::single("watch")).await;
+    assert!(controller.ready().await, "{}", controller.log_tail(20));
+    let binding = kubectl.ok(&[
+        "get",
+        "clusterrolebinding",
+        "nicpolicy-controller",
+        "-o",
+        "json",
+    ]);
+    kubectl.ok(&["delete", "clusterrolebinding", "nicpolicy-controller"]);
+    plane
+        .restart_apiserver(Duration::from_secs(1))
+        .expect("kube-apiserver comes back");
+    let failing_for = eventually(RECOVERY_DEADLINE, "not ready", || async {
+        !controller.ready().await
+    })
+    .await;
+    // Not a blip of the restart: with the API server back, it stays not ready.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!controller.ready().await, "{}", controller.log_tail(20));
+    assert!(
+        controller.log().contains("watch keeps failing"),
+        "{}",
+        controller.log_tail(20)
+    );
+    let mut binding: Value = serde_json::from_str(&binding).expect("JSON");
+    if let Some(metadata) = binding["metadata"].as_object_mut() {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            metadata.remove(field);
+        }
+    }
+    let restored = kubectl.run_with(&["create", "-f", "-"], Some(&binding.to_string()));
+    assert!(restored.success, "{}", restored.stderr);
+    let recovered_in = eventually(RECOVERY_DEADLINE, "ready again", || async {
+        controller.ready().await
+    })
+    .await;
+    eprintln!(
+        "e2e: not ready {:.1} s after the restart without RBAC, ready {:.1} s after it was restored",
+        failing_for.as_secs_f64(),
+        recovered_in.as_secs_f64()
+    );
+    assert!(
+        controller.log().contains("watch recovered"),
+        "{}",
+        controller.log_tail(20)
+    );
+}
