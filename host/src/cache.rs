@@ -74,6 +74,11 @@ impl ModuleCache {
     /// Loads the precompiled module for `bytes`, or compiles it (giving up after
     /// `compile_timeout`, see [`compile_within`]) and stores it.
     ///
+    /// The directory is opened once and checked through that handle ([`CacheDir`]); the cached
+    /// file is opened relative to it without following links and checked through its own
+    /// handle, and that very file is loaded: nothing re-walks a path between a check and the
+    /// use, so swapping a directory or file in the path after the check changes nothing.
+    ///
     /// # Errors
     /// Compilation failed or took too long ([`LoadError::Compile`],
     /// [`LoadError::CompileTimeout`]); a cache that cannot be read or written is not an error.
@@ -87,51 +92,195 @@ impl ModuleCache {
         compile_timeout: Duration,
     ) -> Result<(Module, CacheStatus), LoadError> {
         let path = self.path_for(engine, sha256);
+        let name = file_name(&path);
         // A directory someone else can write into may hold a file planted there: never load
         // from it, and do not leave compiled code in it either.
-        if let Err(why) = check_private(&self.dir, Entry::Directory) {
-            tracing::warn!(reason = %why, "compiled-module cache bypassed");
-            let module = compile_within(engine, bytes, compile_timeout)?;
-            return Ok((module, CacheStatus::Untrusted(why)));
-        }
-        let mut replaced = None;
-        if path.is_file() {
-            if let Err(why) = check_private(&path, Entry::File) {
+        let dir = match CacheDir::open(&self.dir) {
+            Ok(dir) => dir,
+            Err(why) => {
                 tracing::warn!(reason = %why, "compiled-module cache bypassed");
                 let module = compile_within(engine, bytes, compile_timeout)?;
                 return Ok((module, CacheStatus::Untrusted(why)));
             }
-            // SAFETY: the file and its directory belong to this user and nobody else can write
-            // them (checked just above), it is named by the digest of the module and the
-            // engine's compatibility hash, and only `store` writes such files.
-            match unsafe { Module::deserialize_file(engine, &path) } {
-                Ok(module) => return Ok((module, CacheStatus::Hit)),
-                Err(err) => replaced = Some(format!("{}: {err}", path.display())),
+        };
+        let mut replaced = None;
+        match dir.as_ref().map(|d| d.open_file(&name)).transpose() {
+            Err(why) => {
+                tracing::warn!(reason = %why, "compiled-module cache bypassed");
+                let module = compile_within(engine, bytes, compile_timeout)?;
+                return Ok((module, CacheStatus::Untrusted(why)));
             }
+            Ok(Some(Some(file))) => {
+                // SAFETY: this open file is a regular file that belongs to this user and that
+                // nobody else can write, in a directory that is likewise private (both checked
+                // through their handles just above, not by path); it is named by the digest of
+                // the module and the engine's compatibility hash, and only `store` writes such
+                // files.
+                match unsafe { Module::deserialize_open_file(engine, file) } {
+                    Ok(module) => return Ok((module, CacheStatus::Hit)),
+                    Err(err) => replaced = Some(format!("{}: {err}", path.display())),
+                }
+            }
+            Ok(_) => {}
         }
         let module = compile_within(engine, bytes, compile_timeout)?;
-        let status = match (self.store(&module, &path), replaced) {
+        let stored = match dir {
+            Some(dir) => dir.store(&module, &name),
+            None => create_private_dir(&self.dir)
+                .map_err(|err| err.to_string())
+                .and_then(|()| CacheDir::open(&self.dir))
+                .and_then(|dir| {
+                    dir.ok_or_else(|| format!("{}: vanished once created", self.dir.display()))
+                })
+                .and_then(|dir| dir.store(&module, &name)),
+        };
+        let status = match (stored, replaced) {
             (Ok(()), Some(why)) => CacheStatus::Replaced(why),
             (Ok(()), None) => CacheStatus::Stored,
             (Err(err), _) => CacheStatus::StoreFailed(format!("{}: {err}", path.display())),
         };
         Ok((module, status))
     }
+}
 
-    fn store(&self, module: &Module, path: &Path) -> std::io::Result<()> {
-        create_private_dir(&self.dir)?;
-        let bytes = module
-            .serialize()
-            .map_err(|err| std::io::Error::other(err.to_string()))?;
-        // Write to a temporary name, then rename: readers never see half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+/// The file name of `path` (a name [`ModuleCache::path_for`] made).
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The cache directory, open: checked once through this handle, and every file in it opened,
+/// checked and written relative to it.
+#[cfg(unix)]
+struct CacheDir {
+    fd: rustix::fd::OwnedFd,
+    path: PathBuf,
+}
+
+#[cfg(unix)]
+impl CacheDir {
+    /// Opens `path` and checks the directory it leads to (through any link): private to this
+    /// user ([`check_private`]'s rules, applied to the open handle). `Ok(None)` when it does
+    /// not exist yet.
+    fn open(path: &Path) -> Result<Option<CacheDir>, String> {
+        use rustix::fs::{open, Mode, OFlags};
+        let fd = match open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(err) => return Err(format!("{}: cannot open: {err}", path.display())),
+        };
+        check_handle(&fd, path, Entry::Directory)?;
+        Ok(Some(CacheDir {
+            fd,
+            path: path.to_path_buf(),
+        }))
     }
+
+    /// The cached file `name`, opened without following a link and checked through its handle;
+    /// `Ok(None)` when there is none.
+    fn open_file(&self, name: &str) -> Result<Option<std::fs::File>, String> {
+        use rustix::fs::{openat, Mode, OFlags};
+        let path = self.path.join(name);
+        match openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) {
+            Ok(fd) => {
+                check_handle(&fd, &path, Entry::File)?;
+                Ok(Some(std::fs::File::from(fd)))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(rustix::io::Errno::LOOP) => Err(format!(
+                "cached module {} is not a plain file (a symbolic link)",
+                path.display()
+            )),
+            Err(err) => Err(format!("{}: cannot open: {err}", path.display())),
+        }
+    }
+
+    /// Writes `module` as `name`: to a new private file, then renamed over the old one, both
+    /// relative to the directory's handle (readers never see half a file).
+    fn store(&self, module: &Module, name: &str) -> Result<(), String> {
+        use rustix::fs::{openat, renameat, unlinkat, AtFlags, Mode, OFlags};
+        let bytes = module.serialize().map_err(|err| err.to_string())?;
+        let tmp = format!("{name}.tmp{}", std::process::id());
+        let fd = openat(
+            &self.fd,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|err| format!("cannot create {tmp}: {err}"))?;
+        let mut file = std::fs::File::from(fd);
+        let written = file
+            .write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|err| err.to_string())
+            .and_then(|()| {
+                renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(|err| err.to_string())
+            });
+        if written.is_err() {
+            let _ = unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
+        }
+        written
+    }
+}
+
+/// Without Unix handles: the directory and file by path, as [`check_private`] allows.
+#[cfg(not(unix))]
+struct CacheDir {
+    path: PathBuf,
+}
+
+#[cfg(not(unix))]
+impl CacheDir {
+    fn open(path: &Path) -> Result<Option<CacheDir>, String> {
+        if !path.is_dir() {
+            return Ok(None);
+        }
+        Ok(Some(CacheDir {
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn open_file(&self, name: &str) -> Result<Option<std::fs::File>, String> {
+        match std::fs::File::open(self.path.join(name)) {
+            Ok(file) => Ok(Some(file)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    fn store(&self, module: &Module, name: &str) -> Result<(), String> {
+        let bytes = module.serialize().map_err(|err| err.to_string())?;
+        let path = self.path.join(name);
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::File::create(&tmp).map_err(|err| err.to_string())?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|err| err.to_string())
+    }
+}
+
+/// Checks an open directory or file: what it is, its owner and its mode, through the handle.
+#[cfg(unix)]
+fn check_handle(fd: &rustix::fd::OwnedFd, path: &Path, entry: Entry) -> Result<(), String> {
+    let stat =
+        rustix::fs::fstat(fd).map_err(|err| format!("{}: cannot check: {err}", path.display()))?;
+    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    let kind_ok = match entry {
+        Entry::Directory => kind == rustix::fs::FileType::Directory,
+        Entry::File => kind == rustix::fs::FileType::RegularFile,
+    };
+    owner_and_mode(path, entry, kind_ok, stat.st_uid, stat.st_mode)
 }
 
 /// What [`check_private`] looks at.
@@ -144,12 +293,11 @@ pub enum Entry {
 }
 
 /// Whether `path` is private to the user this process runs as: owned by it, not writable by its
-/// group or others, and (a file) a regular file, not a symbolic link. `Err` says why not.
+/// group or others, and (a file) a regular file, not a symbolic link. `Err` says why not. The
+/// cache itself checks the same through open handles ([`ModuleCache::load_or_compile`]).
 ///
 /// A directory that does not exist yet passes: [`ModuleCache`] creates it with mode 0700.
 #[cfg(unix)]
-// `geteuid` is a libc call, so `unsafe` in Rust: see the SAFETY note below.
-#[allow(unsafe_code)]
 pub fn check_private(path: &Path, entry: Entry) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
 
@@ -165,13 +313,26 @@ pub fn check_private(path: &Path, entry: Entry) -> Result<(), String> {
         }
         Err(err) => return Err(format!("{}: cannot check: {err}", path.display())),
     };
-    let what = match entry {
-        Entry::Directory => "cache directory",
-        Entry::File => "cached module",
-    };
     let kind_ok = match entry {
         Entry::Directory => metadata.is_dir(),
         Entry::File => metadata.file_type().is_file(),
+    };
+    owner_and_mode(path, entry, kind_ok, metadata.uid(), metadata.mode())
+}
+
+/// The rules of [`check_private`] on what was found: the right kind, this user's, and not
+/// writable by its group or others.
+#[cfg(unix)]
+fn owner_and_mode(
+    path: &Path,
+    entry: Entry,
+    kind_ok: bool,
+    uid: u32,
+    mode: u32,
+) -> Result<(), String> {
+    let what = match entry {
+        Entry::Directory => "cache directory",
+        Entry::File => "cached module",
     };
     if !kind_ok {
         return Err(format!(
@@ -184,16 +345,14 @@ pub fn check_private(path: &Path, entry: Entry) -> Result<(), String> {
             }
         ));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    if metadata.uid() != uid {
+    let euid = rustix::process::geteuid().as_raw();
+    if uid != euid {
         return Err(format!(
-            "{what} {} belongs to uid {}, not to this process's uid {uid}",
-            path.display(),
-            metadata.uid()
+            "{what} {} belongs to uid {uid}, not to this process's uid {euid}",
+            path.display()
         ));
     }
-    let mode = metadata.mode() & 0o777;
+    let mode = mode & 0o777;
     if mode & 0o022 != 0 {
         return Err(format!(
             "{what} {} is writable by its group or others (mode {mode:03o})",
@@ -305,5 +464,84 @@ mod tests {
             .unwrap_err()
             .contains("not a plain file"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn module() -> Vec<u8> {
+        wat::parse_str(r#"(module (func (export "answer") (result i32) i32.const 42))"#)
+            .expect("wat")
+    }
+
+    fn load(cache: &ModuleCache, engine: &Engine) -> CacheStatus {
+        let bytes = module();
+        cache
+            .load_or_compile(engine, &bytes, "0123abcd", Duration::from_secs(30))
+            .expect("compiles")
+            .1
+    }
+
+    #[test]
+    fn a_stored_module_is_loaded_back_through_the_handles() {
+        let dir = dir("hit");
+        let cache = ModuleCache::new(dir.join("modules"));
+        let engine = Engine::default();
+        assert_eq!(load(&cache, &engine), CacheStatus::Stored);
+        assert_eq!(load(&cache, &engine), CacheStatus::Hit);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_link_planted_as_the_cached_file_is_refused_not_followed() {
+        let dir = dir("link");
+        let cache = ModuleCache::new(&dir);
+        let engine = Engine::default();
+        assert_eq!(load(&cache, &engine), CacheStatus::Stored);
+        let cached = cache.path_for(&engine, "0123abcd");
+        let elsewhere = dir.join("elsewhere.cwasm");
+        std::fs::rename(&cached, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &cached).unwrap();
+        match load(&cache, &engine) {
+            CacheStatus::Untrusted(why) => assert!(why.contains("symbolic link"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_users_directory_is_refused_through_its_handle() {
+        let dir = dir("owner");
+        chown(&dir, Some(4242), None).expect("chown");
+        let cache = ModuleCache::new(&dir);
+        match load(&cache, &Engine::default()) {
+            CacheStatus::Untrusted(why) => assert!(why.contains("uid 4242"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        chown(&dir, Some(0), None).expect("chown back");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_directory_swapped_after_it_was_checked_is_not_read() {
+        // The check and every later open go through one handle: replacing the directory at
+        // its path afterwards (with one holding a planted file) changes nothing.
+        let base = dir("swap");
+        let path = base.join("modules");
+        create_private_dir(&path).unwrap();
+        std::fs::write(path.join("module.cwasm"), b"ours").unwrap();
+        mode(&path.join("module.cwasm"), 0o600);
+        let opened = CacheDir::open(&path).unwrap().expect("exists");
+        std::fs::rename(&path, base.join("moved")).unwrap();
+        create_private_dir(&path).unwrap();
+        std::fs::write(path.join("module.cwasm"), b"planted").unwrap();
+        mode(&path.join("module.cwasm"), 0o600);
+        let mut read = String::new();
+        use std::io::Read as _;
+        opened
+            .open_file("module.cwasm")
+            .unwrap()
+            .expect("there")
+            .read_to_string(&mut read)
+            .unwrap();
+        assert_eq!(read, "ours");
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
