@@ -71,25 +71,24 @@ impl ModuleCache {
             .join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
     }
 
-    /// Loads the precompiled module for `bytes`, or compiles it (giving up after
-    /// `compile_timeout`, see [`compile_within`]) and stores it.
+    /// Loads the precompiled module of the module whose digest is `sha256`, or compiles it with
+    /// `compile` (see [`compile_within`] and [`crate::compiler`]) and stores it.
     ///
-    /// The directory is opened once and checked through that handle ([`CacheDir`]); the cached
+    /// The directory is opened once and checked through that handle; the cached
     /// file is opened relative to it without following links and checked through its own
     /// handle, and that very file is loaded: nothing re-walks a path between a check and the
     /// use, so swapping a directory or file in the path after the check changes nothing.
     ///
     /// # Errors
-    /// Compilation failed or took too long ([`LoadError::Compile`],
-    /// [`LoadError::CompileTimeout`]); a cache that cannot be read or written is not an error.
+    /// The error of `compile` ([`LoadError::Compile`], [`LoadError::CompileTimeout`]); a
+    /// cache that cannot be read or written is not an error.
     // Deserialising a precompiled module is `unsafe` in Wasmtime: see the SAFETY note below.
     #[allow(unsafe_code)]
     pub fn load_or_compile(
         &self,
         engine: &Engine,
-        bytes: &[u8],
         sha256: &str,
-        compile_timeout: Duration,
+        compile: impl FnOnce() -> Result<Module, LoadError>,
     ) -> Result<(Module, CacheStatus), LoadError> {
         let path = self.path_for(engine, sha256);
         let name = file_name(&path);
@@ -99,7 +98,7 @@ impl ModuleCache {
             Ok(dir) => dir,
             Err(why) => {
                 tracing::warn!(reason = %why, "compiled-module cache bypassed");
-                let module = compile_within(engine, bytes, compile_timeout)?;
+                let module = compile()?;
                 return Ok((module, CacheStatus::Untrusted(why)));
             }
         };
@@ -107,7 +106,7 @@ impl ModuleCache {
         match dir.as_ref().map(|d| d.open_file(&name)).transpose() {
             Err(why) => {
                 tracing::warn!(reason = %why, "compiled-module cache bypassed");
-                let module = compile_within(engine, bytes, compile_timeout)?;
+                let module = compile()?;
                 return Ok((module, CacheStatus::Untrusted(why)));
             }
             Ok(Some(Some(file))) => {
@@ -123,7 +122,7 @@ impl ModuleCache {
             }
             Ok(_) => {}
         }
-        let module = compile_within(engine, bytes, compile_timeout)?;
+        let module = compile()?;
         let stored = match dir {
             Some(dir) => dir.store(&module, &name),
             None => create_private_dir(&self.dir)
@@ -474,7 +473,9 @@ mod tests {
     fn load(cache: &ModuleCache, engine: &Engine) -> CacheStatus {
         let bytes = module();
         cache
-            .load_or_compile(engine, &bytes, "0123abcd", Duration::from_secs(30))
+            .load_or_compile(engine, "0123abcd", || {
+                compile_within(engine, &bytes, Duration::from_secs(30))
+            })
             .expect("compiles")
             .1
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{self, CacheStatus, ModuleCache};
+use crate::compiler::{self, CompilerProcess};
 use crate::error::LoadError;
 use crate::limits::{CompileBounds, Limits};
 use crate::policy::{Policy, PolicyOptions};
@@ -36,6 +37,10 @@ pub struct HostConfig {
     /// those (Linux 6.7+ `PAGEMAP_SCAN`; ignored elsewhere). Off: `memset` all of
     /// [`HostConfig::keep_resident_bytes`].
     pub reset_dirty_pages_only: bool,
+    /// Compile in a child process bounded in time and memory ([`crate::compiler`]); `None`
+    /// compiles on a thread of this process, bounded in time only (the compile is abandoned,
+    /// not stopped, at the limit).
+    pub compiler: Option<CompilerProcess>,
 }
 
 impl HostConfig {
@@ -59,6 +64,7 @@ impl Default for HostConfig {
             keep_resident_bytes: Self::DEFAULT_KEEP_RESIDENT_BYTES,
             reset_dirty_pages_only: true,
             compile_bounds: CompileBounds::default(),
+            compiler: None,
         }
     }
 }
@@ -90,35 +96,8 @@ impl Host {
     /// [`HostError::Engine`] when Wasmtime refuses the configuration (for example, not enough
     /// address space for the pool), [`HostError::Ticker`] when the ticker thread cannot start.
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
-        let mut wasm = Config::new();
-        wasm.epoch_interruption(true)
-            .cranelift_opt_level(wasmtime::OptLevel::Speed)
-            .memory_init_cow(true)
-            // Each compile on its own thread, not on a shared rayon pool: a compile abandoned
-            // at the compile limit would otherwise keep the pool busy and starve every later
-            // compile until it ends. Costs a cache miss one core instead of all of them.
-            .parallel_compilation(false)
-            // Deep recursion in a policy becomes a stack-overflow trap well before this.
-            .max_wasm_stack(1 << 20);
-        if config.pooling {
-            let mut pool = PoolingAllocationConfig::new();
-            pool.total_core_instances(config.max_instances)
-                .total_memories(config.max_instances)
-                .total_tables(config.max_instances)
-                .max_memory_size(config.max_memory_bytes)
-                // A fresh instance per evaluation reuses a warm slot: keeping its pages
-                // resident and restoring only the dirty ones costs far less than page faults
-                // on every first touch (see docs/benchmarks.md, "What each change gained").
-                .linear_memory_keep_resident(config.keep_resident_bytes)
-                .table_keep_resident(TABLE_KEEP_RESIDENT)
-                .pagemap_scan(if config.reset_dirty_pages_only {
-                    Enabled::Auto
-                } else {
-                    Enabled::No
-                });
-            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        }
-        let engine = Engine::new(&wasm).map_err(|err| HostError::Engine(format!("{err:#}")))?;
+        let engine = Engine::new(&engine_config(&config))
+            .map_err(|err| HostError::Engine(format!("{err:#}")))?;
         spawn_ticker(&engine, config.epoch_tick)?;
         let cache = config.cache_dir.clone().map(ModuleCache::new);
         Ok(Host {
@@ -152,14 +131,22 @@ impl Host {
         bytes: &[u8],
         sha256: &str,
     ) -> Result<(wasmtime::Module, CacheStatus), LoadError> {
+        let compile = || self.compile_uncached(bytes);
         match &self.cache {
-            Some(cache) => {
-                cache.load_or_compile(&self.engine, bytes, sha256, self.config.compile_timeout)
+            Some(cache) => cache.load_or_compile(&self.engine, sha256, compile),
+            None => Ok((compile()?, CacheStatus::Disabled)),
+        }
+    }
+
+    /// Compiles a module without the cache: in the compiler process when there is one, else
+    /// on a thread of its own ([`cache::compile_within`]).
+    fn compile_uncached(&self, bytes: &[u8]) -> Result<wasmtime::Module, LoadError> {
+        let limit = self.config.compile_timeout;
+        match &self.config.compiler {
+            Some(process) => {
+                compiler::compile_in_child(process, &self.engine, &self.config, bytes, limit)
             }
-            None => Ok((
-                cache::compile_within(&self.engine, bytes, self.config.compile_timeout)?,
-                CacheStatus::Disabled,
-            )),
+            None => cache::compile_within(&self.engine, bytes, limit),
         }
     }
 
@@ -181,6 +168,40 @@ impl Host {
         let bytes = crate::inspect::read_module(path)?;
         self.load(&bytes, options)
     }
+}
+
+/// The Wasmtime configuration of a host set up as `config` says. A compiler child process
+/// ([`crate::compiler`]) builds its engine from the same, so what it compiles loads here.
+pub fn engine_config(config: &HostConfig) -> Config {
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true)
+        .cranelift_opt_level(wasmtime::OptLevel::Speed)
+        .memory_init_cow(true)
+        // Each compile on its own thread, not on a shared rayon pool: a compile abandoned
+        // at the compile limit would otherwise keep the pool busy and starve every later
+        // compile until it ends. Costs a cache miss one core instead of all of them.
+        .parallel_compilation(false)
+        // Deep recursion in a policy becomes a stack-overflow trap well before this.
+        .max_wasm_stack(1 << 20);
+    if config.pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_core_instances(config.max_instances)
+            .total_memories(config.max_instances)
+            .total_tables(config.max_instances)
+            .max_memory_size(config.max_memory_bytes)
+            // A fresh instance per evaluation reuses a warm slot: keeping its pages
+            // resident and restoring only the dirty ones costs far less than page faults
+            // on every first touch (see docs/benchmarks.md, "What each change gained").
+            .linear_memory_keep_resident(config.keep_resident_bytes)
+            .table_keep_resident(TABLE_KEEP_RESIDENT)
+            .pagemap_scan(if config.reset_dirty_pages_only {
+                Enabled::Auto
+            } else {
+                Enabled::No
+            });
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    wasm
 }
 
 /// Bytes of each freed table slot kept resident: a Rust policy's table of function

@@ -82,6 +82,7 @@ pub mod builtin;
 pub mod cache;
 pub mod cases;
 pub mod chain;
+pub mod compiler;
 #[cfg(feature = "webhook")]
 pub mod controller;
 pub mod engine;

@@ -58,6 +58,13 @@ enum Command {
     /// NetworkConnectionSection (vcd) and the guest's cloud-init network config
     /// (network-config).
     Render(cli::render_plan::RenderArgs),
+    /// Compile one module read from stdin, bounded in memory, for a host started by nicpolicy
+    /// itself (nicpolicy::compiler).
+    #[command(name = "__compile-module", hide = true)]
+    CompileModule {
+        /// The engine's settings and the memory limit, as the host writes them.
+        settings: String,
+    },
     /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
     /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
     Controller(cli::controller::ControllerArgs),
@@ -86,6 +93,7 @@ fn main() -> ExitCode {
         Command::Export(args) => cli::export::run(args),
         Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
+        Command::CompileModule { settings } => Ok(nicpolicy::compiler::child_main(&settings)),
         Command::Render(args) => cli::render_plan::run(args, &nested_positions),
         Command::Controller(args) => cli::controller::run(args),
     };

@@ -51,12 +51,13 @@ fn main() {
     group.bench_function("deserialize", |b| {
         b.iter(|| {
             let (module, status) = cache
-                .load_or_compile(
-                    cached.engine(),
-                    wasm,
-                    &sha256,
-                    HostConfig::DEFAULT_COMPILE_TIMEOUT,
-                )
+                .load_or_compile(cached.engine(), &sha256, || {
+                    nicpolicy::cache::compile_within(
+                        cached.engine(),
+                        wasm,
+                        HostConfig::DEFAULT_COMPILE_TIMEOUT,
+                    )
+                })
                 .expect("loads");
             assert_eq!(status, CacheStatus::Hit);
             module

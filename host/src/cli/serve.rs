@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
+use nicpolicy::compiler::CompilerProcess;
 use nicpolicy::webhook::config::{ClusterSourceConfig, Overrides, ServeConfig, TlsFiles};
 use nicpolicy::webhook::{server, tls, App, ClusterSource, KubeClusters, Server, StaticClusters};
 use nicpolicy::{Host, HostConfig};
@@ -116,6 +117,14 @@ pub(super) fn host_for(config: &ServeConfig) -> Result<Host, Failure> {
     let mut host = HostConfig::default();
     host.max_memory_bytes = host.max_memory_bytes.max(largest);
     host.max_instances = u32::try_from(config.workers * 2 + 8).unwrap_or(u32::MAX);
+    // Every compile in a child process of this binary, killed at the time limit, its data
+    // limited: no module can take the server's memory or keep a core after its answer.
+    host.compile_timeout = config.compile.timeout;
+    host.compile_bounds = config.compile.bounds;
+    host.compiler = Some(
+        CompilerProcess::this_program(&["__compile-module"], config.compile.memory_bytes)
+            .map_err(|err| runtime(anyhow!("cannot find this program to compile in: {err}")))?,
+    );
     Host::new(host).map_err(runtime)
 }
 

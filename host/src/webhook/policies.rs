@@ -259,6 +259,7 @@ fn warn_restart_only(old: &ServeConfig, new: &ServeConfig) {
         ),
         ("reload", old.reload_interval != new.reload_interval),
         ("connections", old.connections != new.connections),
+        ("compile", old.compile != new.compile),
     ];
     for (field, _) in changed.iter().filter(|(_, changed)| *changed) {
         tracing::warn!(

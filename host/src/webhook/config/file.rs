@@ -30,6 +30,18 @@ pub struct ConfigFile {
     pub nic_plan_annotation: Option<bool>,
     pub connections: Option<Connections>,
     pub provisioner: Option<Provisioner>,
+    pub compile: Option<Compile>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compile {
+    pub timeout: Option<String>,
+    pub memory: Option<Size>,
+    pub max_functions: Option<u64>,
+    pub max_code_bytes: Option<Size>,
+    pub max_function_bytes: Option<Size>,
+    pub max_locals: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -33,7 +33,7 @@ use nicpolicy_plugin::provisioner::{OnUnapplied, Provisioner};
 use nicpolicy_plugin::ObjectKind;
 use serde::Deserialize;
 
-use crate::limits::{self, Limits};
+use crate::limits::{self, CompileBounds, Limits};
 use crate::manifest::{ManifestError, ManifestFile};
 use crate::mode::Mode;
 use crate::spec::{PolicySource, PolicySpec, SettingsSource};
@@ -112,6 +112,29 @@ pub struct Connections {
     /// `maxBufferedBytes`: bytes of request bodies held at once, read or under review; at
     /// least `maxRequestBytes`.
     pub max_buffered_bytes: usize,
+}
+
+/// The `compile` section: how each policy is compiled (in a child process of its own, killed at
+/// `timeout`, its data limited to `memory`) and the bounds its code is held to before
+/// (docs/abi.md, Limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileConfig {
+    /// `timeout`.
+    pub timeout: Duration,
+    /// `memory`, in bytes.
+    pub memory_bytes: u64,
+    /// `maxFunctions`, `maxCodeBytes`, `maxFunctionBytes`, `maxLocals`.
+    pub bounds: CompileBounds,
+}
+
+impl Default for CompileConfig {
+    fn default() -> Self {
+        CompileConfig {
+            timeout: crate::HostConfig::DEFAULT_COMPILE_TIMEOUT,
+            memory_bytes: crate::compiler::CompilerProcess::DEFAULT_MEMORY_BYTES,
+            bounds: CompileBounds::default(),
+        }
+    }
 }
 
 /// The `evaluation` section, read.
@@ -223,6 +246,8 @@ pub struct ServeConfig {
     pub provisioner: Provisioner,
     /// Whether such a field is a warning (the default) or a denial.
     pub on_unapplied: OnUnapplied,
+    /// How policies are compiled: time and memory limits, and the bounds checked first.
+    pub compile: CompileConfig,
     /// Command-line flags that replace fields of the file; kept across reloads so a reload
     /// applies them again (flags win over the file for the whole run).
     pub overrides: Overrides,
@@ -305,6 +330,7 @@ impl ServeConfig {
             connections: DEFAULTS.connections,
             provisioner: Provisioner::capvcd(),
             on_unapplied: OnUnapplied::default(),
+            compile: CompileConfig::default(),
             overrides: Overrides::default(),
         }
     }
@@ -380,6 +406,7 @@ impl ServeConfig {
                 .unwrap_or(DEFAULTS.nic_plan_annotation),
             connections: reader.connections(raw.connections.as_ref())?,
             provisioner: reader.provisioner(raw.provisioner.as_ref())?,
+            compile: reader.compile(raw.compile.as_ref())?,
             on_unapplied: raw
                 .provisioner
                 .as_ref()
@@ -678,6 +705,56 @@ impl Reader<'_> {
         Ok(Provisioner { name, applies })
     }
 
+    /// `compile`, each field defaulted on its own.
+    fn compile(&self, raw: Option<&file::Compile>) -> Result<CompileConfig, ConfigError> {
+        let default = CompileConfig::default();
+        let none = file::Compile::default();
+        let raw = raw.unwrap_or(&none);
+        let timeout = self.duration("compile.timeout", &raw.timeout, default.timeout)?;
+        if timeout.is_zero() {
+            return Err(self.error("compile.timeout", "must be above zero"));
+        }
+        let memory = self.size("compile.memory", &raw.memory, default.memory_bytes as usize)?;
+        if memory < 32 << 20 {
+            return Err(self.error(
+                "compile.memory",
+                format!("{memory} bytes is under 32Mi: no policy compiles in that"),
+            ));
+        }
+        let positive = |field: &str, value: Option<u64>, default: u64| match value {
+            Some(0) => Err(self.error(field, "must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        let bytes = |field: &str, value: &Option<file::Size>, default: u64| {
+            let bytes = self.size(field, value, usize::try_from(default).unwrap_or(usize::MAX))?;
+            positive(field, Some(bytes as u64), default)
+        };
+        let d = default.bounds;
+        Ok(CompileConfig {
+            timeout,
+            memory_bytes: memory as u64,
+            bounds: CompileBounds {
+                max_functions: positive(
+                    "compile.maxFunctions",
+                    raw.max_functions,
+                    d.max_functions,
+                )?,
+                max_code_bytes: bytes(
+                    "compile.maxCodeBytes",
+                    &raw.max_code_bytes,
+                    d.max_code_bytes,
+                )?,
+                max_function_bytes: bytes(
+                    "compile.maxFunctionBytes",
+                    &raw.max_function_bytes,
+                    d.max_function_bytes,
+                )?,
+                max_locals: positive("compile.maxLocals", raw.max_locals, d.max_locals)?,
+            },
+        })
+    }
+
     /// `connections`, each field defaulted on its own.
     fn connections(&self, raw: Option<&file::Connections>) -> Result<Connections, ConfigError> {
         let default = DEFAULTS.connections;
@@ -917,6 +994,18 @@ reload: {interval: 1s}
                 "connections.max",
             ),
             (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\ncompile: {memory: 1Mi}",
+                "compile.memory",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\ncompile: {maxLocals: 0}",
+                "compile.maxLocals",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\ncompile: {timeout: 0s}",
+                "compile.timeout",
+            ),
+            (
                 "policies: {VCDMachine: [{builtin: capvcd}]}\nconnections: {readTimeout: 0s}",
                 "connections.readTimeout",
             ),
@@ -936,6 +1025,30 @@ reload: {interval: 1s}
                 other => panic!("{text}: expected a field error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_compile_section_sets_the_limits_and_bounds() {
+        let config = parse(
+            "policies: {VCDMachine: [{builtin: capvcd}]}\ncompile: {timeout: 5s, memory: 256Mi, \
+             maxFunctions: 8000, maxCodeBytes: 1536Ki, maxFunctionBytes: 64Ki, maxLocals: 300}",
+        )
+        .expect("valid");
+        assert_eq!(
+            config.compile,
+            CompileConfig {
+                timeout: Duration::from_secs(5),
+                memory_bytes: 256 << 20,
+                bounds: CompileBounds {
+                    max_functions: 8000,
+                    max_code_bytes: 1536 << 10,
+                    max_function_bytes: 64 << 10,
+                    max_locals: 300,
+                },
+            }
+        );
+        let defaults = parse("policies: {VCDMachine: [{builtin: capvcd}]}").expect("valid");
+        assert_eq!(defaults.compile, CompileConfig::default());
     }
 
     #[test]
