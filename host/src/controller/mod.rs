@@ -23,7 +23,7 @@ pub mod retry;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -123,6 +123,9 @@ struct Shared {
     watches: AtomicUsize,
     /// Watches whose last [`WATCH_FAILURES_UNREADY`] attempts all failed.
     failing: AtomicUsize,
+    /// The API server did not answer the last [`PROBE_FAILURES_UNREADY`] probes: the watches
+    /// may be hanging without an error ([`probe_api_server`]).
+    unreachable: AtomicBool,
     leading: Arc<Leadership>,
     metrics: Metrics,
     namespaces: Vec<String>,
@@ -155,6 +158,7 @@ impl Shared {
     fn ready(&self) -> bool {
         self.synced.load(Ordering::Acquire) >= self.watches.load(Ordering::Acquire)
             && self.failing.load(Ordering::Acquire) == 0
+            && !self.unreachable.load(Ordering::Acquire)
     }
 }
 
@@ -176,6 +180,55 @@ async fn while_leading<T>(
         )),
     }
 }
+
+/// Probes the API server every [`PROBE_INTERVAL`] with the smallest list of a watched kind,
+/// under a deadline of the same length. A watch whose API server stops answering (frozen,
+/// partitioned) hangs without an error until its own timeout (minutes), so the watches alone
+/// cannot tell; after [`PROBE_FAILURES_UNREADY`] probes without an answer in a row `/readyz`
+/// fails, until one is answered.
+async fn probe_api_server(
+    api: Api<DynamicObject>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut failures = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let answered = tokio::time::timeout(
+            PROBE_INTERVAL,
+            api.list_metadata(&ListParams::default().limit(1)),
+        )
+        .await
+        .is_ok_and(|result| result.is_ok());
+        if answered {
+            if failures >= PROBE_FAILURES_UNREADY {
+                tracing::info!("the API server answers again");
+            }
+            failures = 0;
+            shared.unreachable.store(false, Ordering::Release);
+        } else {
+            failures += 1;
+            if failures == PROBE_FAILURES_UNREADY {
+                tracing::warn!(
+                    failures,
+                    "the API server did not answer: not ready until it does (the caches may be stale)"
+                );
+                shared.unreachable.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// How often the API server is probed, and the deadline of each probe.
+const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Probes without an answer in a row after which the controller is not ready.
+const PROBE_FAILURES_UNREADY: u32 = 2;
 
 /// Failed attempts in a row after which a watch makes the controller not ready (the watcher
 /// backs off 0.8 s doubling between them, so about 6 s of an API server that cannot be reached).
@@ -210,6 +263,7 @@ pub async fn run(
         synced: AtomicUsize::new(0),
         watches: AtomicUsize::new(usize::MAX),
         failing: AtomicUsize::new(0),
+        unreachable: AtomicBool::new(false),
         leading: Arc::new(if options.lease.is_none() {
             Leadership::always()
         } else {
@@ -239,6 +293,13 @@ pub async fn run(
         ClusterSourceConfig::Static { .. } => "v1beta1".to_string(),
     };
     let watched = start_watches(&client, &cluster_api_version, &shared).await?;
+    if let Some(first) = watched.first() {
+        tokio::spawn(probe_api_server(
+            Api::all_with(client.clone(), &first.resource),
+            shared.clone(),
+            stop_rx.clone(),
+        ));
+    }
 
     let lease = options.lease.clone().map(|config| {
         tokio::spawn(lease::run(

@@ -666,7 +666,17 @@ async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
     };
     plane.pause_apiserver().expect("SIGSTOP");
     let paused = Instant::now();
-    tokio::time::sleep(LEASE * 2).await;
+    // Its watches hang without an error; the probes find the API server silent.
+    let unready_after = eventually(
+        LEASE * 4,
+        "not ready while the API server is frozen",
+        || {
+            let replicas = replicas.clone();
+            async move { !replicas[0].ready().await && !replicas[1].ready().await }
+        },
+    )
+    .await;
+    tokio::time::sleep((LEASE * 2).saturating_sub(paused.elapsed())).await;
     // The frozen leader stopped leading: its renewals could not finish.
     let during = leaders().await;
     plane.resume_apiserver().expect("SIGCONT");
@@ -676,6 +686,11 @@ async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
     })
     .await;
     let recovered = resumed.elapsed();
+    eventually(RECOVERY_DEADLINE, "ready again", || {
+        let replicas = replicas.clone();
+        async move { replicas[0].ready().await && replicas[1].ready().await }
+    })
+    .await;
     tokio::time::sleep(LEASE).await;
     sampling.store(false, std::sync::atomic::Ordering::Release);
     let samples = sampler.await.expect("sampler");
@@ -689,11 +704,12 @@ async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
         .find(|(at, a, b)| *at > paused && [*a, *b][leader] == 0.0)
         .map(|(at, _, _)| at.duration_since(paused));
     eprintln!(
-        "e2e: API server frozen {:.1} s: {} samples, leader stepped down after {:?}, one leader \
-         again {:.1} s after resuming",
+        "e2e: API server frozen {:.1} s: {} samples, leader stepped down after {:?}, not ready \
+         after {:.1} s, one leader again {:.1} s after resuming",
         (resumed - paused).as_secs_f64(),
         samples.len(),
         stepped_down,
+        unready_after.as_secs_f64(),
         recovered.as_secs_f64()
     );
     assert!(
