@@ -95,15 +95,7 @@ pub fn capvcd_nics(primary: &str, extras: &[String]) -> Vec<Nic> {
     std::iter::once(primary)
         .chain(extras.iter().map(String::as_str))
         .enumerate()
-        .map(|(i, network)| Nic {
-            index: u32::try_from(i).unwrap_or(u32::MAX),
-            network: network.to_string(),
-            primary: i == 0,
-            ip_allocation_mode: IpAllocationMode::Pool,
-            ip_address: None,
-            adapter_type: AdapterType::Vmxnet3,
-            connected: true,
-        })
+        .map(|(i, network)| Nic::capvcd(u32::try_from(i).unwrap_or(u32::MAX), network))
         .collect()
 }
 
@@ -120,8 +112,7 @@ pub fn built_nics(provisioner: &Provisioner, plan: &[Nic], extras: &[String]) ->
         return plan
             .iter()
             .map(|nic| {
-                let mut built = capvcd_nics(&nic.network, &[])[0].clone();
-                built.index = nic.index;
+                let built = Nic::capvcd(nic.index, nic.network.clone());
                 take_applied(provisioner, nic, built)
             })
             .collect();

@@ -4,9 +4,10 @@
 //! the kernel (`wait4`'s `ru_maxrss`), so it covers the whole process, parser included.
 
 use std::fmt::Write as _;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+mod common;
 
 /// Far above what reading any of these files needs (about 15-20 MiB with the engine), far
 /// below what the expansion took before the bound (about 300-580 MiB).
@@ -36,8 +37,6 @@ struct Run {
 }
 
 /// Runs nicpolicy with `args` and reports its exit code, stderr and peak resident memory.
-/// `wait4` is the one call that reports a child's own peak; std's `wait` drops it.
-#[allow(unsafe_code)]
 // The child is reaped by `wait4` below, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
 fn run(args: &[&str]) -> Run {
@@ -54,7 +53,7 @@ fn run(args: &[&str]) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("nicpolicy starts");
-    let pid = child.id() as libc::pid_t;
+    let pid = child.id();
     // Both pipes drained at once, so neither can fill and stall the child.
     let stdout = child.stdout.map(|mut pipe| {
         std::thread::spawn(move || {
@@ -70,18 +69,11 @@ fn run(args: &[&str]) -> Run {
     if let Some(text) = stdout.and_then(|thread| thread.join().ok()) {
         output.push_str(&text);
     }
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is this process's child, not yet reaped (the Child was never waited on);
-    // both out pointers are to live locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    let status = std::process::ExitStatus::from_raw(status);
+    let (status, peak_kib) = common::reap(pid);
     Run {
         code: status.code(),
         output,
-        peak_kib: usage.ru_maxrss,
+        peak_kib,
     }
 }
 

@@ -1209,10 +1209,15 @@ fn render_vcd_writes_the_plan_or_what_capvcd_builds() {
     );
 }
 
+/// `nicpolicy render network-config` of the worked example with `more` arguments.
+fn render_network_config(more: &[&str]) -> Output {
+    nicpolicy(&[&["render", "network-config"][..], &WORKED, more].concat())
+}
+
 #[test]
 fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
     let nics = ["--nics", "examples/vm-network-connection-section.xml"];
-    let out = nicpolicy(&[&["render", "network-config"][..], &WORKED, &nics].concat());
+    let out = render_network_config(&nics);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let config: serde_json::Value = serde_yaml_ng::from_str(&stdout(&out)).expect("YAML");
     assert_eq!(config["version"], 2);
@@ -1236,14 +1241,7 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
         stderr(&out)
     );
 
-    let v2 = nicpolicy(
-        &[
-            &["render", "network-config", "--bootstrap-version", "v1beta2"][..],
-            &WORKED,
-            &nics,
-        ]
-        .concat(),
-    );
+    let v2 = render_network_config(&[&nics[..], &["--bootstrap-version", "v1beta2"]].concat());
     assert!(stderr(&v2).contains("- name: node-ip\n"), "{}", stderr(&v2));
 
     // Without the inventory there is no prefix or gateway; a section of another VM is refused.
@@ -1264,14 +1262,7 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
         stderr(&bare)
     );
     // A PUT body (no MACs yet) instead of the VM's section, then another VM's section.
-    let put = nicpolicy(
-        &[
-            &["render", "network-config"][..],
-            &WORKED,
-            &["--nics", "tests/fixtures/vcd/worker-four-networks.xml"],
-        ]
-        .concat(),
-    );
+    let put = render_network_config(&["--nics", "tests/fixtures/vcd/worker-four-networks.xml"]);
     assert_eq!(put.status.code(), Some(2));
     assert!(
         stderr(&put).contains("NIC 0: the VM's section gives no MACAddress"),
@@ -1283,14 +1274,7 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
             .unwrap()
             .replace("network=\"storage-net\"", "network=\"backup-net\"");
     let other_vm = scratch("other-vm.xml", section.as_bytes());
-    let other = nicpolicy(
-        &[
-            &["render", "network-config"][..],
-            &WORKED,
-            &["--nics", other_vm.as_str()],
-        ]
-        .concat(),
-    );
+    let other = render_network_config(&["--nics", other_vm.as_str()]);
     assert_eq!(other.status.code(), Some(2));
     assert!(
         stderr(&other)
@@ -1298,14 +1282,7 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
         "{}",
         stderr(&other)
     );
-    let not_xml = nicpolicy(
-        &[
-            &["render", "network-config"][..],
-            &WORKED,
-            &["--nics", "examples/machine.yaml"],
-        ]
-        .concat(),
-    );
+    let not_xml = render_network_config(&["--nics", "examples/machine.yaml"]);
     assert_eq!(not_xml.status.code(), Some(2));
     assert!(
         stderr(&not_xml).contains("--nics examples/machine.yaml"),

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 /// A valid ABI v1 module (its exports typed as the ABI says) with `extra` functions.
 fn module(extra: &str) -> Vec<u8> {
     let wat = format!(
@@ -58,7 +60,6 @@ struct Compiled {
 
 /// `nicpolicy __compile-module` on `wasm`, as the host starts it, with a data limit of
 /// `limit_mib`.
-#[allow(unsafe_code)]
 #[allow(clippy::zombie_processes)]
 fn compile_in_child(wasm: &[u8], limit_mib: u64) -> Compiled {
     let settings = format!(
@@ -75,7 +76,7 @@ fn compile_in_child(wasm: &[u8], limit_mib: u64) -> Compiled {
         .stderr(Stdio::piped())
         .spawn()
         .expect("nicpolicy starts");
-    let pid = child.id() as libc::pid_t;
+    let pid = child.id();
     let mut stdin = child.stdin.take().expect("stdin");
     let bytes = wasm.to_vec();
     let writer = std::thread::spawn(move || {
@@ -86,18 +87,12 @@ fn compile_in_child(wasm: &[u8], limit_mib: u64) -> Compiled {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
     let _ = writer.join();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is this process's child, not yet reaped; both out pointers are to locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    let status = std::process::ExitStatus::from_raw(status);
+    let (status, peak_kib) = common::reap(pid);
     Compiled {
         code: status.code(),
         signal: status.signal(),
         stderr,
-        peak_kib: usage.ru_maxrss,
+        peak_kib,
         took: started.elapsed(),
     }
 }
@@ -149,9 +144,29 @@ fn a_module_within_every_count_bound_is_stopped_at_the_memory_limit() {
     );
 }
 
+/// `nicpolicy serve` with `dir/nicpolicy.yaml` (its cache in `dir`, a self-signed certificate,
+/// the example cluster), marked `MARK=mark`.
+fn serve_command(dir: &Path, mark: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nicpolicy"));
+    command
+        .args([
+            "serve",
+            "--tls-self-signed",
+            "--clusters",
+            "examples/cluster.yaml",
+        ])
+        .arg("--ca-bundle")
+        .arg(dir.join("ca.crt"))
+        .arg("--config")
+        .arg(dir.join("nicpolicy.yaml"))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
+        .env(MARK, mark);
+    command
+}
+
 /// Serves with a policy module `wasm` and the `compile` section `compile`; what `serve` did
 /// at start (it refuses a policy that does not load and exits 2).
-#[allow(unsafe_code)]
 #[allow(clippy::zombie_processes)]
 fn serve_with(name: &str, wasm: &[u8], compile: &str) -> Compiled {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("compile-limits-{name}"));
@@ -165,44 +180,24 @@ fn serve_with(name: &str, wasm: &[u8], compile: &str) -> Compiled {
         ),
     )
     .expect("config");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
-        .args([
-            "serve",
-            "--tls-self-signed",
-            "--clusters",
-            "examples/cluster.yaml",
-        ])
-        .arg("--ca-bundle")
-        .arg(dir.join("ca.crt"))
-        .arg("--config")
-        .arg(dir.join("nicpolicy.yaml"))
-        .current_dir(&repo)
-        .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
-        .env(MARK, name)
+    let child = serve_command(&dir, name)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("nicpolicy serve starts");
-    let pid = child.id() as libc::pid_t;
+    let pid = child.id();
     let mut stderr = String::new();
     if let Some(mut pipe) = child.stderr {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is this process's child, not yet reaped; both out pointers are to locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    let status = std::process::ExitStatus::from_raw(status);
+    let (status, peak_kib) = common::reap(pid);
     Compiled {
         code: status.code(),
         signal: status.signal(),
         stderr,
-        peak_kib: usage.ru_maxrss,
+        peak_kib,
         took: started.elapsed(),
     }
 }
@@ -270,21 +265,7 @@ fn a_reload_to_a_policy_over_the_memory_limit_is_refused_and_the_server_stays_sm
     )
     .expect("config");
     let log = dir.join("serve.log");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
-        .args([
-            "serve",
-            "--tls-self-signed",
-            "--clusters",
-            "examples/cluster.yaml",
-        ])
-        .arg("--ca-bundle")
-        .arg(dir.join("ca.crt"))
-        .arg("--config")
-        .arg(dir.join("nicpolicy.yaml"))
-        .current_dir(&repo)
-        .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
-        .env(MARK, "reload")
+    let mut serve = serve_command(&dir, "reload")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))

@@ -314,15 +314,7 @@ mod tests {
     use crate::testing;
 
     fn nic(index: u32, network: &str) -> Nic {
-        Nic {
-            index,
-            network: network.to_string(),
-            primary: index == 0,
-            ip_allocation_mode: IpAllocationMode::Pool,
-            ip_address: None,
-            adapter_type: AdapterType::Vmxnet3,
-            connected: true,
-        }
+        Nic::capvcd(index, network)
     }
 
     fn planned(extras: &[&str], nics: Vec<Nic>) -> (Request, Decision) {

@@ -489,6 +489,22 @@ pub struct Nic {
     pub connected: bool,
 }
 
+impl Nic {
+    /// NIC `index` on `network` as stock CAPVCD creates every NIC: connected, `POOL` (no
+    /// address of its own), `VMXNET3`; the primary exactly at index 0.
+    pub fn capvcd(index: u32, network: impl Into<String>) -> Nic {
+        Nic {
+            index,
+            network: network.into(),
+            primary: index == 0,
+            ip_allocation_mode: IpAllocationMode::Pool,
+            ip_address: None,
+            adapter_type: AdapterType::Vmxnet3,
+            connected: true,
+        }
+    }
+}
+
 /// Cloud Director's `IpAddressAllocationMode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]

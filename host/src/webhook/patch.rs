@@ -75,19 +75,11 @@ pub fn patch_operations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nicpolicy_plugin::{AdapterType, IpAllocationMode, Nic};
+    use nicpolicy_plugin::Nic;
     use serde_json::json;
 
     fn nic(index: u32, network: &str) -> Nic {
-        Nic {
-            index,
-            network: network.to_string(),
-            primary: index == 0,
-            ip_allocation_mode: IpAllocationMode::Pool,
-            ip_address: None,
-            adapter_type: AdapterType::Vmxnet3,
-            connected: true,
-        }
+        Nic::capvcd(index, network)
     }
 
     fn apply(object: &Value, operations: Vec<PatchOperation>) -> Value {
