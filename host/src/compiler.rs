@@ -13,7 +13,8 @@
 //!   so at most as many compiles run as loads are waiting for one.
 //!
 //! The child is this same program run with [`CompilerProcess::args`] (for the `nicpolicy`
-//! binary, its hidden `__compile-module` command, which calls [`child_main`]). It builds its
+//! binary, the first argument `__compile-module`, which its `main` hands to [`child_main`] before
+//! the command line is parsed: no help or completion shows it). It builds its
 //! engine from the same [`HostConfig`] ([`engine_config`]) and writes the compiled artifact to
 //! its standard output; the parent loads it with [`Module::deserialize`], which checks that it was
 //! made for this engine.

@@ -54,26 +54,57 @@ enum Command {
     /// Evaluate every machine and machine template of manifest folders or of a live cluster,
     /// grouped by cluster, optionally beside a candidate chain (shadow mode).
     Audit(cli::audit::AuditArgs),
+    /// Print the shell completion script for bash, zsh or fish (source it, or install it
+    /// where the shell loads completions).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Write a machine's NIC plan as the documents that build it: the Cloud Director
     /// NetworkConnectionSection (vcd) and the guest's cloud-init network config
     /// (network-config).
     Render(cli::render_plan::RenderArgs),
-    /// Compile one module read from stdin, bounded in memory, for a host started by nicpolicy
-    /// itself (nicpolicy::compiler).
-    #[command(name = "__compile-module", hide = true)]
-    CompileModule {
-        /// The engine's settings and the memory limit, as the host writes them.
-        settings: String,
-    },
     /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
     /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
     Controller(cli::controller::ControllerArgs),
 }
 
+/// What `--version` prints: the version, the ABI and request formats this host speaks, and
+/// the sha256 of each built-in policy (what `builtin:NAME` loads, as `nicpolicy inspect` and a
+/// configuration's `sha256` pin name it).
+fn long_version() -> String {
+    let mut text = format!(
+        "{}\nABI: nicpolicy v{} (requests: JSON, binary v1, binary v2)\nbuilt-in policies:",
+        env!("CARGO_PKG_VERSION"),
+        nicpolicy::plugin::abi::ABI_VERSION
+    );
+    for policy in nicpolicy::builtin::POLICIES {
+        text.push_str(&format!(
+            "\n  {:<12} sha256 {}",
+            policy.name,
+            nicpolicy::inspect::sha256_hex(policy.wasm)
+        ));
+    }
+    text
+}
+
+/// The argument that makes this program a compiler child ([`nicpolicy::compiler`]), started by
+/// `serve` and `controller` themselves. Not a command of the CLI: no help, completion or
+/// suggestion shows it.
+const COMPILE_MODULE: &str = "__compile-module";
+
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|first| first == COMPILE_MODULE) {
+        let settings = args.next().unwrap_or_default();
+        return ExitCode::from(nicpolicy::compiler::child_main(&settings.to_string_lossy()));
+    }
     // Parsed in two steps: the raw matches keep where each option stood, which decides the
     // policy a --settings or --sha256 belongs to.
-    let matches = Cli::command().get_matches();
+    // Built once per run; clap keeps `'static` text.
+    let version: &'static str = Box::leak(long_version().into_boxed_str());
+    let matches = Cli::command().long_version(version).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let positions = Positions::of(matches.subcommand().map(|(_, m)| m));
     let candidate_positions = Positions::of_candidates(matches.subcommand().map(|(_, m)| m));
@@ -93,7 +124,11 @@ fn main() -> ExitCode {
         Command::Export(args) => cli::export::run(args),
         Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
-        Command::CompileModule { settings } => Ok(nicpolicy::compiler::child_main(&settings)),
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "nicpolicy", &mut script);
+            cli::out::print(&String::from_utf8_lossy(&script)).map(|()| 0)
+        }
         Command::Render(args) => cli::render_plan::run(args, &nested_positions),
         Command::Controller(args) => cli::controller::run(args),
     };

@@ -1329,3 +1329,52 @@ fn audit_reports_a_vm_that_drifted_from_its_plan() {
         stderr(&unknown)
     );
 }
+
+#[test]
+fn version_names_the_abi_and_each_built_in_policy_s_digest() {
+    let out = nicpolicy(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.starts_with("nicpolicy 0."), "{text}");
+    assert!(text.contains("ABI: nicpolicy v1"), "{text}");
+    for name in ["capvcd", "role-based", "static-ip", "zone-aware"] {
+        let path = scratch(&format!("version-{name}.wasm"), b"");
+        let exported = nicpolicy(&["export", name, "-o", &path]);
+        let said = stderr(&exported) + &stdout(&exported);
+        let sha256 = said
+            .split("sha256 ")
+            .nth(1)
+            .and_then(|rest| rest.get(..64))
+            .unwrap_or_else(|| panic!("{said}"));
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(name) && l.ends_with(sha256)),
+            "{name} {sha256} in:\n{text}"
+        );
+    }
+    // -V stays one line, as tools that parse it expect.
+    assert_eq!(stdout(&nicpolicy(&["-V"])).lines().count(), 1);
+}
+
+#[test]
+fn completion_scripts_cover_the_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = nicpolicy(&["completion", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        for command in [
+            "eval",
+            "audit",
+            "render",
+            "network-config",
+            "provisioner-applies",
+        ] {
+            assert!(script.contains(command), "{shell}: no {command}");
+        }
+        assert!(
+            !script.contains("__compile-module"),
+            "{shell}: the compiler child shows"
+        );
+    }
+    assert_eq!(nicpolicy(&["completion", "tcsh"]).status.code(), Some(2));
+}

@@ -122,7 +122,7 @@ pub(super) fn host_for(config: &ServeConfig) -> Result<Host, Failure> {
     host.compile_timeout = config.compile.timeout;
     host.compile_bounds = config.compile.bounds;
     host.compiler = Some(
-        CompilerProcess::this_program(&["__compile-module"], config.compile.memory_bytes)
+        CompilerProcess::this_program(&[crate::COMPILE_MODULE], config.compile.memory_bytes)
             .map_err(|err| runtime(anyhow!("cannot find this program to compile in: {err}")))?,
     );
     Host::new(host).map_err(runtime)
