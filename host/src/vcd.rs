@@ -185,6 +185,20 @@ pub enum SectionError {
     /// Not a `NetworkConnectionSection`.
     #[error("the document is a <{0}>, not a <NetworkConnectionSection>")]
     NotASection(String),
+    /// The file could not be read.
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// The file is larger than any section.
+    #[error(
+        "{at_least} bytes, over the {SECTION_LIMIT} bytes a NetworkConnectionSection may have"
+    )]
+    TooLarge {
+        /// Its size as far as known.
+        at_least: u64,
+    },
+    /// The file is not UTF-8 text.
+    #[error("not UTF-8 text")]
+    NotText,
     /// A value the plan's types cannot hold.
     #[error("NetworkConnection[{connection}] ({network:?}).{field}: {problem}")]
     Value {
@@ -211,6 +225,24 @@ struct Reading {
     adapter: Option<AdapterType>,
 }
 
+/// Most bytes a saved section may have (ten NICs take a few KiB).
+pub const SECTION_LIMIT: u64 = 1 << 20;
+
+/// Reads the section saved in `path` (read to at most [`SECTION_LIMIT`]), as
+/// [`parse_section`] does.
+///
+/// # Errors
+/// The file cannot be read, is over the limit or not text, or as for [`parse_section`].
+pub fn read_section(path: &std::path::Path) -> Result<VmNics, SectionError> {
+    use crate::files::{read_at_most, BoundedReadError};
+    let bytes = read_at_most(path, SECTION_LIMIT).map_err(|err| match err {
+        BoundedReadError::Io(err) => SectionError::Read(err),
+        BoundedReadError::Over { at_least } => SectionError::TooLarge { at_least },
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| SectionError::NotText)?;
+    parse_section(&text)
+}
+
 /// Reads a VM's `NetworkConnectionSection` (the body of `GET <vm>/networkConnectionSection/`).
 /// Elements it does not use (`Link`, `ExternalIpAddress`, `IpType`, ...) are skipped; a
 /// connection without `NetworkConnectionIndex` takes its position, one without
@@ -235,7 +267,7 @@ pub fn parse_section(xml: &str) -> Result<VmNics, SectionError> {
         let event = reader.read_event().map_err(|e| xml_error(&reader, &e))?;
         match event {
             Event::Start(start) => {
-                let name = local(start.local_name().as_ref());
+                let name = start.local_name().as_ref().to_string();
                 if path.is_empty() && name != "NetworkConnectionSection" {
                     return Err(SectionError::NotASection(name));
                 }
@@ -256,7 +288,7 @@ pub fn parse_section(xml: &str) -> Result<VmNics, SectionError> {
                 text.clear();
             }
             Event::Empty(start) => {
-                let name = local(start.local_name().as_ref());
+                let name = start.local_name().as_ref().to_string();
                 if path.is_empty() {
                     if name != "NetworkConnectionSection" {
                         return Err(SectionError::NotASection(name));
@@ -317,11 +349,6 @@ pub fn parse_section(xml: &str) -> Result<VmNics, SectionError> {
         primary_index,
         nics,
     })
-}
-
-/// The local part of an element name (`ovf:Info` -> `Info`).
-fn local(name: &str) -> String {
-    name.to_string()
 }
 
 /// Takes the child `name` of a `NetworkConnection` into `reading`.

@@ -197,16 +197,7 @@ fn parse_vm_nics(text: &str) -> Result<(String, PathBuf), String> {
 fn compare_vms(findings: &mut [Finding], vms: &[(String, PathBuf)]) -> Result<bool, Failure> {
     let mut drifted = false;
     for (name, path) in vms {
-        let xml = nicpolicy::files::read_at_most(path, 1 << 20)
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .ok_or_else(|| {
-                usage(anyhow::anyhow!(
-                    "--vm-nics {}: cannot be read as text (of at most 1 MiB)",
-                    path.display()
-                ))
-            })?;
-        let vm = nicpolicy::vcd::parse_section(&xml)
+        let vm = nicpolicy::vcd::read_section(path)
             .with_context(|| format!("--vm-nics {}", path.display()))
             .map_err(usage)?;
         let (namespace, machine) = match name.split_once('/') {

@@ -53,7 +53,7 @@ impl MachineArgs {
     }
 
     /// The inventory file, read (`None` without --inventory).
-    pub fn inventory(&self) -> Result<Option<nicpolicy::plugin::Inventory>, Failure> {
+    fn inventory(&self) -> Result<Option<nicpolicy::plugin::Inventory>, Failure> {
         self.inventory
             .as_deref()
             .map(manifest::read_inventory)

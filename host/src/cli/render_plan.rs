@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context as _};
-use nicpolicy::files::BoundedReadError;
 use nicpolicy::network_config::{self, BootstrapVersion};
 use nicpolicy::plugin::provisioner::{self, Provisioner};
 use nicpolicy::vcd;
@@ -138,17 +137,16 @@ fn guest_config(args: NetworkConfigArgs, positions: &Positions) -> Result<u8, Fa
             ))
         })?
         .to_path_buf();
-    let xml = read_section(&args.nics)
-        .with_context(|| format!("--nics {}", args.nics.display()))
-        .map_err(usage)?;
-    let vm = vcd::parse_section(&xml)
+    let vm = vcd::read_section(&args.nics)
         .with_context(|| format!("--nics {}", args.nics.display()))
         .map_err(usage)?;
     let judged = match allowed(&args.machine, positions)? {
         Ok(judged) => judged,
         Err(code) => return Ok(code),
     };
-    let inventory = args.machine.inventory()?.unwrap_or_default();
+    // The request carries the inventory as read for the policies; the guest-only members are
+    // read from the same file.
+    let inventory = judged.request.inventory.clone().unwrap_or_default();
     let guest = network_config::read_guest_networks(&inventory_path).map_err(usage)?;
     let decision = &judged.evaluation.decision;
     let rendered = network_config::render(&decision.nics, &vm, &inventory, &guest)
@@ -174,18 +172,4 @@ fn guest_config(args: NetworkConfigArgs, positions: &Positions) -> Result<u8, Fa
         None => eprint!("# the kubelet's node IP, the primary NIC's address:\n{patch}"),
     }
     Ok(0)
-}
-
-/// Most bytes a saved NetworkConnectionSection may have (ten NICs take a few KiB).
-const SECTION_LIMIT: u64 = 1 << 20;
-
-/// The text of a saved section, read to at most [`SECTION_LIMIT`].
-fn read_section(path: &std::path::Path) -> anyhow::Result<String> {
-    match nicpolicy::files::read_at_most(path, SECTION_LIMIT) {
-        Ok(bytes) => String::from_utf8(bytes).map_err(|_| anyhow!("not UTF-8 text")),
-        Err(BoundedReadError::Io(err)) => Err(err.into()),
-        Err(BoundedReadError::Over { at_least }) => Err(anyhow!(
-            "{at_least} bytes, over the {SECTION_LIMIT} a NetworkConnectionSection may have"
-        )),
-    }
 }
