@@ -76,17 +76,23 @@ fn compile_in_child(wasm: &[u8], limit_mib: u64) -> Compiled {
         .stderr(Stdio::piped())
         .spawn()
         .expect("nicpolicy starts");
-    let pid = child.id();
     let mut stdin = child.stdin.take().expect("stdin");
     let bytes = wasm.to_vec();
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(&bytes);
     });
+    let compiled = finished(child, started);
+    let _ = writer.join();
+    compiled
+}
+
+/// Reads `child`'s stderr to its end, then reaps it.
+fn finished(child: std::process::Child, started: Instant) -> Compiled {
+    let pid = child.id();
     let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
+    if let Some(mut pipe) = child.stderr {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
-    let _ = writer.join();
     let (status, peak_kib) = common::reap(pid);
     Compiled {
         code: status.code(),
@@ -187,19 +193,7 @@ fn serve_with(name: &str, wasm: &[u8], compile: &str) -> Compiled {
         .stderr(Stdio::piped())
         .spawn()
         .expect("nicpolicy serve starts");
-    let pid = child.id();
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr {
-        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-    }
-    let (status, peak_kib) = common::reap(pid);
-    Compiled {
-        code: status.code(),
-        signal: status.signal(),
-        stderr,
-        peak_kib,
-        took: started.elapsed(),
-    }
+    finished(child, started)
 }
 
 /// The environment variable that marks the processes one test starts (inherited by their
