@@ -52,12 +52,13 @@ pub fn read_settings(label: &str, text: &str) -> String {
     to_json(&requests::settings(label, text))
 }
 
-/// The fields of a decision's NIC plan stock CAPVCD will not apply, as `nicpolicy eval` and the
-/// webhook report them (`nicpolicy_plugin::provisioner`): a JSON array of `Unapplied` with its
-/// `message`, or `{"error": ...}` for inputs that are not a request and a decision.
+/// The fields of a decision's NIC plan stock CAPVCD will not apply, reported as `nicpolicy eval`
+/// and the webhook report them (`nicpolicy_plugin::provisioner::report`, as warnings):
+/// `{"unapplied": [Unapplied with its message], "warnings": [the warnings it adds]}`, or
+/// `{"error": ...}` for inputs that are not a request and a decision.
 #[wasm_bindgen(js_name = notBuiltAsPlanned)]
 pub fn not_built_as_planned(request: &str, decision: &str) -> String {
-    use nicpolicy_plugin::provisioner::{unapplied, Provisioner};
+    use nicpolicy_plugin::provisioner::{report, OnUnapplied, Provisioner};
     let parsed = serde_json::from_str::<nicpolicy_plugin::Request>(request).and_then(|request| {
         Ok((
             request,
@@ -65,18 +66,24 @@ pub fn not_built_as_planned(request: &str, decision: &str) -> String {
         ))
     });
     match parsed {
-        Ok((request, decision)) => {
-            let found: Vec<serde_json::Value> =
-                unapplied(&Provisioner::capvcd(), &request, &decision)
-                    .into_iter()
-                    .map(|item| {
-                        let message = item.message();
-                        let mut value = serde_json::to_value(item).unwrap_or_default();
-                        value["message"] = message.into();
-                        value
-                    })
-                    .collect();
-            to_json(&found)
+        Ok((request, mut decision)) => {
+            let before = decision.warnings.len();
+            let found: Vec<serde_json::Value> = report(
+                &Provisioner::capvcd(),
+                OnUnapplied::Warn,
+                &request,
+                &mut decision,
+            )
+            .into_iter()
+            .map(|item| {
+                let message = item.message();
+                let mut value = serde_json::to_value(item).unwrap_or_default();
+                value["message"] = message.into();
+                value
+            })
+            .collect();
+            let warnings = decision.warnings.split_off(before);
+            to_json(&serde_json::json!({"unapplied": found, "warnings": warnings}))
         }
         Err(err) => to_json(&serde_json::json!({"error": err.to_string()})),
     }

@@ -280,15 +280,15 @@ function render() {
 }
 
 /**
- * The plan fields stock CAPVCD will not build, found by the host's own rule, added to the
- * decision as the webhook adds them: a warning each.
+ * The plan fields stock CAPVCD will not build, found and worded by the host's own rule, added to
+ * the decision as the webhook adds them: a warning each.
  */
 function withUnapplied(result) {
   if (!result.decision) return { ...result, unapplied: [] };
   const found = JSON.parse(notBuiltAsPlanned(JSON.stringify(result.machine.request), JSON.stringify(result.decision)));
-  const unapplied = Array.isArray(found) ? found : [];
-  const warnings = [...result.decision.warnings, ...unapplied.map((u) => `nicpolicy: not built as planned: ${u.message}`)];
-  return { ...result, unapplied, decision: { ...result.decision, warnings } };
+  if (found.error) return { ...result, unapplied: [] };
+  const warnings = [...result.decision.warnings, ...found.warnings];
+  return { ...result, unapplied: found.unapplied, decision: { ...result.decision, warnings } };
 }
 
 function card({ machine, decision, failure, unapplied }, chain) {
