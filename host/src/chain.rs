@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use nicpolicy_plugin::provisioner::{self, OnUnapplied, Provisioner};
+use nicpolicy_plugin::provisioner::{self, OnUnapplied, Provisioner, Unapplied};
 use nicpolicy_plugin::{Decision, Request, Violation};
 use serde_json::Value;
 
@@ -129,6 +129,9 @@ pub struct ChainEvaluation {
     pub steps: Vec<Step>,
     /// Wall-clock time of the whole chain.
     pub elapsed: Duration,
+    /// The fields of the decision's NIC plan the chain's provisioner will not apply (reported in
+    /// the decision too, as warnings or violations); empty without a provisioner.
+    pub unapplied: Vec<Unapplied>,
 }
 
 impl ChainEvaluation {
@@ -406,9 +409,12 @@ impl PolicyChain {
             });
         }
         combined.extra_ovdc_networks = written;
-        if let Some((provisioner, on_unapplied)) = self.provisioner() {
-            provisioner::report(provisioner, on_unapplied, request, &mut combined);
-        }
+        let unapplied = self
+            .provisioner()
+            .map(|(provisioner, on_unapplied)| {
+                provisioner::report(provisioner, on_unapplied, request, &mut combined)
+            })
+            .unwrap_or_default();
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,
@@ -416,6 +422,7 @@ impl PolicyChain {
             logs,
             steps,
             elapsed: started.elapsed(),
+            unapplied,
         })
     }
 }

@@ -66,6 +66,7 @@ impl Judged for ChainEvaluation {
             logs: Vec::new(),
             steps: Vec::new(),
             elapsed: std::time::Duration::ZERO,
+            unapplied: Vec::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use nicpolicy_plugin::provisioner::{unapplied, Unapplied};
+use nicpolicy_plugin::provisioner::Unapplied;
 use nicpolicy_plugin::{Decision, ObjectKind, Request};
 use serde::Serialize;
 
@@ -141,6 +141,9 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
     // is not denied for what it cannot fix.
     let current = judge(&request, |r| chain.evaluate(r));
     finding.elapsed = current.as_ref().map(|e| e.elapsed).unwrap_or_default();
+    if let Ok(evaluation) = &current {
+        finding.unapplied = evaluation.unapplied.clone();
+    }
     // Warn-mode policies' violations are reported too: the audit shows what is wrong, whatever
     // the webhook does about it.
     let current = current
@@ -161,14 +164,12 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
             } else {
                 Verdict::Denied
             };
-            if let Some((provisioner, _)) = chain.provisioner() {
-                finding.unapplied = unapplied(provisioner, &request, &decision);
-            }
             finding.decision = Some(decision);
         }
         Err(message) => {
             finding.result = Verdict::Failed;
             finding.message = Some(message);
+            finding.unapplied.clear();
         }
     }
     finding.request = Some(request);

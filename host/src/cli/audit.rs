@@ -330,7 +330,7 @@ pub fn eval_many(
 /// One machine as `nicpolicy eval` prints it; machines without a decision say why.
 fn finding_block(chain: &PolicyChain, finding: &Finding) -> String {
     if let (Some(request), Some(decision)) = (&finding.request, &finding.decision) {
-        return render_decision(request, chain, decision);
+        return render_decision(request, chain, decision, &finding.unapplied);
     }
     let mut out = String::new();
     let _ = writeln!(out, "Machine:   {}", finding.object);

@@ -167,14 +167,15 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
         );
     }
     let decision = &evaluation.decision;
+    let unapplied = &evaluation.unapplied;
+    let output = Output {
+        decision,
+        unapplied,
+    };
     let text = match args.output {
-        Format::Table => render_decision(&request, &chain, decision),
-        Format::Json => {
-            serde_json::to_string_pretty(&output(&request, &chain, decision)).map_err(usage)? + "\n"
-        }
-        Format::Yaml => {
-            serde_yaml_ng::to_string(&output(&request, &chain, decision)).map_err(usage)?
-        }
+        Format::Table => render_decision(&request, &chain, decision, unapplied),
+        Format::Json => serde_json::to_string_pretty(&output).map_err(usage)? + "\n",
+        Format::Yaml => serde_yaml_ng::to_string(&output).map_err(usage)?,
     };
     super::out::print(&text)?;
     Ok(if decision.allowed { 0 } else { exit::DENIED })
@@ -210,17 +211,6 @@ fn eval_many(
 struct Output<'a> {
     #[serde(flatten)]
     decision: &'a nicpolicy::plugin::Decision,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    unapplied: Vec<nicpolicy::plugin::provisioner::Unapplied>,
-}
-
-fn output<'a>(
-    request: &nicpolicy::plugin::Request,
-    chain: &nicpolicy::PolicyChain,
-    decision: &'a nicpolicy::plugin::Decision,
-) -> Output<'a> {
-    Output {
-        decision,
-        unapplied: super::render::unapplied(request, chain, decision),
-    }
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    unapplied: &'a [nicpolicy::plugin::provisioner::Unapplied],
 }

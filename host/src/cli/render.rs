@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use nicpolicy::plugin::provisioner::{self, PlanField, Unapplied};
+use nicpolicy::plugin::provisioner::{PlanField, Unapplied};
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::PolicyChain;
 
@@ -15,12 +15,16 @@ fn yes(flag: bool) -> &'static str {
 }
 
 /// Human-readable decision, in the spirit of `kubectl describe`.
-pub fn render_decision(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
+pub fn render_decision(
+    request: &Request,
+    chain: &PolicyChain,
+    decision: &Decision,
+    unapplied: &[Unapplied],
+) -> String {
     let mut out = header(request, chain, decision);
     if !decision.nics.is_empty() {
-        let unapplied = unapplied(request, chain, decision);
         out.push('\n');
-        out.push_str(&nic_table(decision, &unapplied));
+        out.push_str(&nic_table(decision, unapplied));
         if let Some(first) = unapplied.first() {
             let _ = writeln!(
                 out,
@@ -115,15 +119,6 @@ fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String
     );
 
     out
-}
-
-/// The fields of `decision`'s plan that the chain's provisioner will not apply (none when the
-/// chain has no provisioner).
-pub fn unapplied(request: &Request, chain: &PolicyChain, decision: &Decision) -> Vec<Unapplied> {
-    chain
-        .provisioner()
-        .map(|(provisioner, _)| provisioner::unapplied(provisioner, request, decision))
-        .unwrap_or_default()
 }
 
 /// The NIC plan as a table; a field in `unapplied` is marked `*`.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Context as _};
 use nicpolicy::network_config::{self, BootstrapVersion};
-use nicpolicy::plugin::provisioner::{self, Provisioner};
+use nicpolicy::plugin::provisioner::Provisioner;
 use nicpolicy::vcd;
 
 use super::eval::{Judged, MachineArgs};
@@ -109,7 +109,7 @@ fn vcd_section(args: VcdArgs, positions: &Positions) -> Result<u8, Failure> {
     } else {
         decision.nics.clone()
     };
-    for item in provisioner::unapplied(provisioner, &judged.request, decision) {
+    for item in &judged.evaluation.unapplied {
         let note = if args.built {
             "written as built"
         } else {

@@ -536,6 +536,7 @@ impl Reviewer {
                     logs: Vec::new(),
                     steps: Vec::new(),
                     elapsed: started.elapsed(),
+                    unapplied: Vec::new(),
                 })
             }
             None => chain.evaluate_within(request, budget),
