@@ -93,26 +93,24 @@ impl Leadership {
         if until == u64::MAX {
             return None;
         }
-        let now = u64::try_from(
-            Instant::now()
-                .saturating_duration_since(self.base)
-                .as_nanos(),
-        )
-        .unwrap_or(u64::MAX);
+        let now = self.offset(Instant::now());
         Some(Duration::from_nanos(until.saturating_sub(now)))
     }
 
     fn leads_at(&self, now: Instant) -> bool {
-        let offset =
-            u64::try_from(now.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
-        offset < self.until.load(Ordering::Acquire)
+        self.offset(now) < self.until.load(Ordering::Acquire)
     }
 
     /// Leads until `until`.
     fn hold_until(&self, until: Instant) {
-        let offset = u64::try_from(until.saturating_duration_since(self.base).as_nanos())
-            .unwrap_or(u64::MAX - 1);
-        self.until.store(offset.max(1), Ordering::Release);
+        // Never 0 (not leading) nor `u64::MAX` (leading for good).
+        let offset = self.offset(until).clamp(1, u64::MAX - 1);
+        self.until.store(offset, Ordering::Release);
+    }
+
+    /// Nanoseconds from `base` to `at` (0 before it, `u64::MAX` past what a u64 holds).
+    fn offset(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Stops leading now.
