@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::ArgMatches;
 use nicpolicy::plugin::provisioner::{OnUnapplied, PlanField, Provisioner};
 use nicpolicy::{Host, HostConfig, Limits, PolicyChain, PolicySource, PolicySpec, SettingsSource};
@@ -69,32 +70,27 @@ pub struct ProvisionerArgs {
     )]
     applies: Vec<PlanField>,
     /// A plan field the provisioner will not apply: a warning (default) or a denial.
-    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnappliedArg::Warn)]
-    on_unapplied: UnappliedArg,
-}
-
-/// `--on-unapplied`.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum UnappliedArg {
-    /// Admit with a warning.
-    Warn,
-    /// Deny.
-    Deny,
+    #[arg(
+        long,
+        value_name = "WHAT",
+        default_value = "warn",
+        value_parser = PossibleValuesParser::new(["warn", "deny"]).map(|s| match s.as_str() {
+            "deny" => OnUnapplied::Deny,
+            _ => OnUnapplied::Warn,
+        })
+    )]
+    on_unapplied: OnUnapplied,
 }
 
 impl ProvisionerArgs {
     /// `chain`, reporting what this provisioner will not apply of its plans.
     pub fn apply(&self, chain: PolicyChain) -> PolicyChain {
-        let on_unapplied = match self.on_unapplied {
-            UnappliedArg::Warn => OnUnapplied::Warn,
-            UnappliedArg::Deny => OnUnapplied::Deny,
-        };
         chain.with_provisioner(
             Provisioner {
                 name: self.name.clone(),
                 applies: self.applies.clone(),
             },
-            on_unapplied,
+            self.on_unapplied,
         )
     }
 }
