@@ -117,7 +117,8 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             properties.insert("candidateChanges", cut(&shadow.details.join("; ")));
         }
     }
-    let result = |rule: &str, message: String, extra: &[(&'static str, String)]| {
+    // `word`: pass, fail, warn, skip or error; failures are of high severity, warnings medium.
+    let result = |word: &str, rule: &str, message: String, extra: &[(&'static str, String)]| {
         let mut properties = properties.clone();
         properties.extend(extra.iter().map(|(k, v)| (*k, cut(v))));
         let mut r = json!({
@@ -125,7 +126,7 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             "policy": policy,
             "rule": rule,
             "category": "Networks",
-            "result": result_word(finding.result),
+            "result": word,
             "scored": true,
             "message": cut(&message),
             "resources": [resource.clone()],
@@ -133,8 +134,10 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
         if !properties.is_empty() {
             r["properties"] = json!(properties);
         }
-        if finding.result == Verdict::Denied {
-            r["severity"] = "high".into();
+        match word {
+            "fail" => r["severity"] = "high".into(),
+            "warn" => r["severity"] = "medium".into(),
+            _ => {}
         }
         r
     };
@@ -144,6 +147,7 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             .iter()
             .map(|v| {
                 result(
+                    "fail",
                     v.reason.as_str(),
                     format!("{}: {}", v.field, v.message),
                     &[("field", v.field.clone())],
@@ -153,27 +157,27 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
         (Some(decision), _) => {
             let plan: Vec<&str> = decision.nics.iter().map(|n| n.network.as_str()).collect();
             let mut results = vec![result(
+                result_word(finding.result),
                 "nic-plan",
                 format!("NIC plan: {}", plan.join(", ")),
                 &[],
             )];
             // Admitted, but the VM will not be built as planned: a warning each.
             results.extend(finding.unapplied.iter().map(|item| {
-                let mut r = result(
+                result(
+                    "warn",
                     "plan-not-applied",
                     item.message(),
                     &[
                         ("field", item.object_field.clone()),
                         ("planField", item.field.as_str().to_string()),
                     ],
-                );
-                r["result"] = "warn".into();
-                r["severity"] = "medium".into();
-                r
+                )
             }));
             results
         }
         (None, verdict) => vec![result(
+            result_word(verdict),
             if verdict == Verdict::Skipped {
                 "not-checked"
             } else {
@@ -382,6 +386,7 @@ mod tests {
             .find(|r| r["rule"] == "plan-not-applied")
             .expect("a result for the field");
         assert_eq!(warn["result"], "warn");
+        assert_eq!(warn["severity"], "medium");
         assert_eq!(warn["properties"]["field"], "spec.extraOvdcNetworks[0]");
         assert_eq!(warn["properties"]["planField"], "ipAllocationMode");
         assert_eq!(
