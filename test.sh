@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit tests, case suites through Wasmtime, hostile modules,
 # the CLI), then the JS build in Node (wasm-bindgen tests and the parity check against Wasmtime),
-# the starter site policy, the guest network config through cloud-init, the end-to-end suites
-# against a real kube-apiserver, the playground page in headless Chromium and the Kubewarden
-# builds.
+# the starter site policy, the guest network config through cloud-init, the release image, the
+# end-to-end suites against a real kube-apiserver (the chart and config/ among them), the
+# playground page in headless Chromium and the Kubewarden builds.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -51,6 +51,11 @@ site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
 # The guest network config of the worked example, converted by Debian's cloud-init to netplan
 # and systemd-networkd and checked: one default route, on the primary NIC (docs/plan-to-vm.md).
 NICPOLICY_BIN="$nicpolicy" tests/guest/run.sh
+
+# The release image without a container engine (config/image/build.sh: release build, pinned
+# Debian packages, umoci), pushed with skopeo to a loopback docker-registry, pulled back and run
+# in its own root as the pod's user, with the Deployment's module cache.
+tests/image/run.sh
 
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
 # modules the first time (docs/deploy.md#end-to-end-tests) and reused after.

@@ -30,6 +30,20 @@ pub enum CacheStatus {
     Untrusted(String),
 }
 
+impl std::fmt::Display for CacheStatus {
+    /// One word, then the reason where there is one: what logs and `-v` print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheStatus::Hit => f.write_str("hit"),
+            CacheStatus::Stored => f.write_str("stored"),
+            CacheStatus::Disabled => f.write_str("disabled"),
+            CacheStatus::StoreFailed(why) => write!(f, "store failed: {why}"),
+            CacheStatus::Replaced(why) => write!(f, "replaced: {why}"),
+            CacheStatus::Untrusted(why) => write!(f, "bypassed: {why}"),
+        }
+    }
+}
+
 /// A directory of precompiled modules. Loading one runs native code, so a file is loaded only
 /// when it and its directory are private to the user this process runs as ([`check_private`]);
 /// otherwise the cache is bypassed for that load and the module compiled. The directory is

@@ -345,7 +345,10 @@ pub fn unnamed_cluster(kind: ObjectKind) -> String {
 }
 
 /// The name of the VCDCluster a Cluster object points at: `spec.infrastructureRef` (the
-/// namespace is the Cluster's in every Cluster API version). `at` names the Cluster in errors.
+/// namespace is the Cluster's in every Cluster API version). Both reference shapes are read:
+/// `apiVersion: infrastructure.cluster.x-k8s.io/v1beta3` (Cluster API v1beta1) and `apiGroup:
+/// infrastructure.cluster.x-k8s.io` (v1beta2); a VCDCluster of another group is not CAPVCD's.
+/// `at` names the Cluster in errors.
 pub fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, String> {
     let reference = cluster.pointer("/spec/infrastructureRef").ok_or_else(|| {
         format!(
@@ -356,6 +359,19 @@ pub fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, String> {
     if kind != "VCDCluster" {
         return Err(format!(
             "{at}: spec.infrastructureRef is a {kind:?}, not a VCDCluster; nicpolicy serves CAPVCD clusters only"
+        ));
+    }
+    let group = match (
+        reference.get("apiGroup").and_then(Value::as_str),
+        reference.get("apiVersion").and_then(Value::as_str),
+    ) {
+        (Some(group), _) => Some(("apiGroup", group)),
+        (None, Some(version)) => Some(("apiVersion", version.split('/').next().unwrap_or(""))),
+        (None, None) => None,
+    };
+    if let Some((field, group)) = group.filter(|(_, group)| *group != CAPVCD_GROUP) {
+        return Err(format!(
+            "{at}: spec.infrastructureRef.{field} names the group {group:?}, not {CAPVCD_GROUP}; nicpolicy serves CAPVCD clusters only"
         ));
     }
     reference
@@ -562,6 +578,29 @@ mod tests {
         ]}});
         assert_eq!(cluster_name_of(&owned).as_deref(), Some("prod-eu1"));
         assert_eq!(cluster_name_of(&json!({"metadata": {}})), None);
+    }
+
+    #[test]
+    fn infrastructure_ref_reads_both_cluster_api_shapes_and_checks_the_group() {
+        let v1beta1: Value = json!({"spec": {"infrastructureRef": {
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3", "kind": "VCDCluster", "name": "prod-eu1"}}});
+        assert_eq!(infrastructure_ref(&v1beta1, "Cluster").unwrap(), "prod-eu1");
+        let v1beta2: Value = json!({"spec": {"infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "VCDCluster", "name": "prod-eu2"}}});
+        assert_eq!(infrastructure_ref(&v1beta2, "Cluster").unwrap(), "prod-eu2");
+        let other: Value = json!({"spec": {"infrastructureRef": {
+            "apiGroup": "infrastructure.example.net", "kind": "VCDCluster", "name": "lab"}}});
+        let err = infrastructure_ref(&other, "Cluster lab/lab").unwrap_err();
+        assert!(
+            err.contains(
+                "spec.infrastructureRef.apiGroup names the group \"infrastructure.example.net\""
+            ),
+            "{err}"
+        );
+        let other: Value = json!({"spec": {"infrastructureRef": {
+            "apiVersion": "infrastructure.example.net/v1", "kind": "VCDCluster", "name": "lab"}}});
+        let err = infrastructure_ref(&other, "Cluster lab/lab").unwrap_err();
+        assert!(err.contains("spec.infrastructureRef.apiVersion"), "{err}");
     }
 
     #[test]

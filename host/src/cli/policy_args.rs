@@ -221,7 +221,7 @@ pub fn load_chain(
     if verbose {
         for policy in chain.policies() {
             eprintln!(
-                "loaded {} (sha256 {}) in {:.2} ms, cache: {:?}",
+                "loaded {} (sha256 {}) in {:.2} ms, cache: {}",
                 policy.name(),
                 policy.info().sha256,
                 policy.load_time().as_secs_f64() * 1e3,

@@ -93,6 +93,19 @@ impl Served {
                     chain.with_mode(index, entry.mode)
                 })
                 .with_provisioner(config.provisioner.clone(), config.on_unapplied);
+            // Where each module came from: a restart that compiles instead of loading from
+            // the cache shows here (and says why the cache was bypassed).
+            for policy in chain.policies() {
+                tracing::info!(
+                    generation,
+                    kind = kind.as_str(),
+                    policy = %policy.name(),
+                    sha256 = %policy.info().sha256,
+                    load_ms = policy.load_time().as_secs_f64() * 1e3,
+                    cache = %policy.cache_status(),
+                    "policy loaded"
+                );
+            }
             chains.insert(*kind, chain);
         }
         let inventory = config

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane nicpolicy's end-to-end tests run against: kube-apiserver
 # and kubectl from k8s.io/kubernetes and an etcd server from go.etcd.io/etcd/server/v3, at the
-# releases pinned in go.mod beside this script, through the Go module proxy.
+# releases pinned in go.mod beside this script, through the Go module proxy; and helm from
+# helm.sh/helm/v4, pinned in ../helm/go.mod (a module of its own), for the chart's tests.
 #
 #   tests/e2e/kube/build.sh              build (or reuse) and print the binary directory last
 #   tests/e2e/kube/build.sh --print-dir  print the binary directory only, build nothing
@@ -36,8 +37,27 @@ complete() {
   [[ -f "$dir/.complete" ]] || return 1
   for bin in "${binaries[@]}"; do [[ -x "$dir/$bin" ]] || return 1; done
 }
+helm_dir="$here/../helm"
+helm_version=$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" { print $3; exit }' "$helm_dir/go.mod")
+helm_stamp=".helm-${helm_version}-$(cat "$helm_dir/go.mod" "$helm_dir/go.sum" | sha256sum | cut -c1-12)"
+# helm is built into the same directory, on its own stamp: a new helm does not rebuild the
+# control plane.
+build_helm() {
+  [[ -f "$dir/$helm_stamp" && -x "$dir/helm" ]] && return 0
+  command -v go >/dev/null || { echo "build.sh: no 'go' command (.ci/run installs golang-go)" >&2; return 1; }
+  local start=$SECONDS
+  echo "e2e binaries: building helm ${helm_version} ($(go env GOVERSION))..." >&2
+  (cd "$helm_dir" && go mod download && go build -buildvcs=false \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${helm_version}" \
+    -o "$dir/helm.partial" helm.sh/helm/v4/cmd/helm) >&2
+  mv "$dir/helm.partial" "$dir/helm"
+  rm -f "$dir"/.helm-*
+  touch "$dir/$helm_stamp"
+  echo "e2e binaries: helm ${helm_version}: done in $((SECONDS - start)) s" >&2
+}
 if complete; then
   echo "e2e binaries: reusing kube-apiserver ${k8s_version}, kubectl ${k8s_version}, etcd ${etcd_version} in $dir" >&2
+  build_helm
   echo "$dir"
   exit 0
 fi
@@ -91,6 +111,7 @@ touch "$staging/.complete"
 rm -rf "$dir"
 mv "$staging" "$dir"
 trap - ERR
+build_helm
 echo "e2e binaries: built in $((SECONDS - started)) s:" >&2
-(cd "$dir" && du -h "${binaries[@]}") >&2
+(cd "$dir" && du -h "${binaries[@]}" helm) >&2
 echo "$dir"

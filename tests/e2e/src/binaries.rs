@@ -1,4 +1,4 @@
-//! Where the suites find kube-apiserver, etcd, kubectl and nicpolicy. A missing binary fails the
+//! Where the suites find kube-apiserver, etcd, kubectl, helm and nicpolicy. A missing binary fails the
 //! suite with what to run: the suites never skip.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +14,8 @@ pub struct Binaries {
     pub kubectl: PathBuf,
     /// The etcd server.
     pub etcd: PathBuf,
+    /// helm, built by the same script from its own Go module (tests/e2e/helm).
+    pub helm: PathBuf,
     /// The `nicpolicy` binary under test.
     pub nicpolicy: PathBuf,
 }
@@ -68,12 +70,14 @@ fn locate() -> Result<Binaries, String> {
         kube_apiserver: dir.join("kube-apiserver"),
         kubectl: dir.join("kubectl"),
         etcd: dir.join("etcd"),
+        helm: dir.join("helm"),
         nicpolicy,
     };
     for (path, how) in [
         (&found.kube_apiserver, format!("run {}", build.display())),
         (&found.kubectl, format!("run {}", build.display())),
         (&found.etcd, format!("run {}", build.display())),
+        (&found.helm, format!("run {}", build.display())),
         (
             &found.nicpolicy,
             "run tests/e2e/run.sh, which builds it with `cargo test --workspace --no-run`"

@@ -1,7 +1,7 @@
 //! `nicpolicy controller` run as the project ships it: the webhook's configuration from
 //! config/nicpolicy/ with the candidate configuration from config/controller/candidate/, the
 //! PolicyReport CRD from config/policyreport/, and the identity of the shipped ServiceAccount
-//! bound by config/controller/rbac.yaml (and nothing else), so a rule missing there fails the
+//! bound by config/controller/install.yaml (and nothing else), so a rule missing there fails the
 //! suite. Timings (lease, debounce, resync) are shortened through the command line.
 
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::binaries::workspace;
 use crate::control_plane::{free_port, ControlPlane};
 use crate::process::Process;
-use crate::webhook::{nicpolicy_command, service_account_token, shipped_config};
+use crate::webhook::{nicpolicy_command, service_account_token, shipped_config, shipped_rbac};
 
 /// How long the controller may take to serve `/readyz` (caches synced).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -63,7 +63,7 @@ pub struct Controller {
 }
 
 /// Installs the PolicyReport CRD (config/policyreport/) and the controller's RBAC
-/// (config/controller/rbac.yaml in nicpolicy-system, as its kustomization applies it), and
+/// (config/controller/install.yaml in nicpolicy-system, as its kustomization applies it), and
 /// returns a kubeconfig with a token of its ServiceAccount. Done once per control plane.
 pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
     let config = workspace().join("config");
@@ -84,7 +84,7 @@ pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
         SERVICE_ACCOUNT,
         &[
             config.join("namespace.yaml"),
-            config.join("controller/rbac.yaml"),
+            shipped_rbac(plane, "config/controller/install.yaml"),
         ],
     )
 }

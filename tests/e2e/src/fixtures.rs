@@ -77,6 +77,28 @@ spec:
     )
 }
 
+/// [`cluster`] as Cluster API v1beta2 writes it: the Cluster at `cluster.x-k8s.io/v1beta2`,
+/// its references naming an `apiGroup` instead of an `apiVersion`.
+pub fn cluster_v1beta2(namespace: &str, name: &str, ovdc_network: &str) -> String {
+    let v1beta1 = cluster(namespace, name, ovdc_network);
+    let v1beta2 = v1beta1
+        .replacen(
+            "apiVersion: cluster.x-k8s.io/v1beta1",
+            "apiVersion: cluster.x-k8s.io/v1beta2",
+            1,
+        )
+        .replace(
+            "    apiVersion: controlplane.cluster.x-k8s.io/v1beta1\n",
+            "    apiGroup: controlplane.cluster.x-k8s.io\n",
+        )
+        .replace(
+            &format!("    apiVersion: {INFRASTRUCTURE}\n"),
+            "    apiGroup: infrastructure.cluster.x-k8s.io\n",
+        );
+    assert_eq!(v1beta2.matches("apiGroup:").count(), 2, "{v1beta2}");
+    v1beta2
+}
+
 /// A worker VCDMachine of `cluster` (None: no cluster label); `extras` None leaves
 /// `extraOvdcNetworks` out.
 pub fn worker(

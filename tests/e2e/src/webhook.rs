@@ -1,8 +1,8 @@
 //! `nicpolicy serve` deployed as the project ships it: the configuration from config/nicpolicy/,
-//! the webhook configurations from config/webhooks.yaml (only `clientConfig` swapped for a
-//! loopback URL and the CA bundle `--tls-self-signed` wrote), and the identity of the shipped
-//! ServiceAccount bound by the shipped ClusterRole in config/rbac.yaml, so a rule missing there
-//! fails the suite.
+//! the webhook configurations from config/install.yaml (rendered from charts/nicpolicy; only
+//! `clientConfig` swapped for a loopback URL and the CA bundle `--tls-self-signed` wrote), and
+//! the identity of the shipped ServiceAccount bound by the shipped ClusterRole of
+//! config/install.yaml, so a rule missing there fails the suite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,7 +38,7 @@ pub struct Webhook {
 }
 
 /// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
-/// files and the role-based module as `nicpolicy export` writes it into policy.wasm (docs/deploy.md, step 2).
+/// files, as the ConfigMap mounts them (the policies are built in).
 pub fn shipped_config(plane: &ControlPlane, name: &str) -> PathBuf {
     let dir = plane.dir.join(format!("webhook-{name}"));
     std::fs::create_dir_all(&dir).expect("webhook directory");
@@ -49,17 +49,48 @@ pub fn shipped_config(plane: &ControlPlane, name: &str) -> PathBuf {
         )
         .expect("copy the shipped configuration");
     }
-    let exported = Command::new(&binaries().nicpolicy)
-        .args(["export", "role-based", "-o"])
-        .arg(dir.join("policy.wasm"))
-        .output()
-        .expect("nicpolicy export runs");
-    assert!(
-        exported.status.success(),
-        "nicpolicy export role-based failed: {}",
-        String::from_utf8_lossy(&exported.stderr)
-    );
     dir
+}
+
+/// The objects of the multi-document YAML `file` (relative to the workspace) whose kind is one
+/// of `kinds`.
+pub fn shipped_objects(file: &str, kinds: &[&str]) -> Vec<Value> {
+    let path = workspace().join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{file}: {err}"));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| {
+            let object: Value = serde::Deserialize::deserialize(document)
+                .unwrap_or_else(|err| panic!("{file} parses: {err}"));
+            object
+        })
+        .filter(|object| {
+            object["kind"]
+                .as_str()
+                .is_some_and(|kind| kinds.contains(&kind))
+        })
+        .collect()
+}
+
+/// The ServiceAccounts and RBAC objects of `file` (a rendered install.yaml), written as one
+/// List into the control plane's directory, to apply as its kustomization would.
+pub fn shipped_rbac(plane: &ControlPlane, file: &str) -> PathBuf {
+    let items = shipped_objects(
+        file,
+        &[
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ],
+    );
+    assert!(!items.is_empty(), "{file} has no RBAC objects");
+    let path = plane
+        .dir
+        .join(format!("{}-rbac.json", file.replace('/', "-")));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(&path, list.to_string()).expect("write RBAC list");
+    path
 }
 
 /// Edits `file` in a configuration directory: replaces `from` with `to`, which must occur.
@@ -70,14 +101,16 @@ pub fn edit_config(dir: &Path, file: &str, from: &str, to: &str) {
     std::fs::write(&path, text.replace(from, to)).expect("write config file");
 }
 
-/// A kubeconfig with a token of the shipped ServiceAccount (config/rbac.yaml applied into
-/// config/namespace.yaml's namespace, as kustomize does), made once per control plane.
+/// A kubeconfig with a token of the shipped ServiceAccount (config/install.yaml's RBAC applied
+/// into config/namespace.yaml's namespace, as kustomize does), made once per control plane.
 pub fn service_account_kubeconfig(plane: &ControlPlane) -> PathBuf {
-    let config = workspace().join("config");
     service_account_token(
         plane,
         "nicpolicy-webhook",
-        &[config.join("namespace.yaml"), config.join("rbac.yaml")],
+        &[
+            workspace().join("config/namespace.yaml"),
+            shipped_rbac(plane, "config/install.yaml"),
+        ],
     )
 }
 
@@ -236,14 +269,16 @@ impl Webhook {
 
     /// The shipped webhook configurations with `clientConfig` pointing at this process.
     pub fn configurations(&self) -> Value {
-        let text = std::fs::read_to_string(workspace().join("config/webhooks.yaml"))
-            .expect("config/webhooks.yaml");
         let ca = std::fs::read(&self.ca_file).expect("CA bundle");
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca);
         let mut items = Vec::new();
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
-            let mut object: Value =
-                serde::Deserialize::deserialize(document).expect("config/webhooks.yaml parses");
+        for mut object in shipped_objects(
+            "config/install.yaml",
+            &[
+                "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration",
+            ],
+        ) {
             let webhooks = object["webhooks"]
                 .as_array_mut()
                 .expect("a webhook configuration lists webhooks");

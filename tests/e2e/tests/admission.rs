@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_e2e::fixtures::{
-    self, api, cluster, cluster_namespace, create, extras, get, plan, plan_networks, planned_on,
-    refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
+    self, api, cluster, cluster_namespace, cluster_v1beta2, create, extras, get, namespace, plan,
+    plan_networks, planned_on, refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
 };
 use nicpolicy_e2e::webhook::{edit_config, shipped_config};
 use nicpolicy_e2e::{shared, Webhook};
@@ -449,6 +449,80 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
 }
 
 #[tokio::test]
+async fn cluster_api_v1beta2_clusters_are_followed_by_their_api_group_reference() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    // The shipped configuration, watching Clusters at v1beta2 as Cluster API v1.11 serves them.
+    let dir = shipped_config(&plane, "v1beta2");
+    edit_config(
+        &dir,
+        "nicpolicy.yaml",
+        "clusterApiVersion: v1beta1",
+        "clusterApiVersion: v1beta2",
+    );
+    let mut webhook = nicpolicy_e2e::Webhook::start(&plane, &dir).await;
+    webhook.register().await;
+    let client = plane.client().await;
+
+    namespace(&kubectl, "prod-eu9");
+    kubectl.apply(&cluster_v1beta2("prod-eu9", "prod-eu9", "backup-net"));
+    let stored: Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "clusters.v1beta2.cluster.x-k8s.io",
+        "-n",
+        "prod-eu9",
+        "prod-eu9",
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    assert_eq!(
+        stored["spec"]["infrastructureRef"]["apiGroup"],
+        "infrastructure.cluster.x-k8s.io"
+    );
+    // NIC 0 on the VCDCluster's network: the Cluster was found and followed.
+    planned_on(
+        &client,
+        "prod-eu9",
+        "prod-eu9",
+        "backup-net",
+        CACHE_DEADLINE,
+    )
+    .await;
+
+    // A Cluster whose VCDCluster is of another group is not CAPVCD's: not followed (the
+    // shipped onUnknownCluster checks the machine without it), and the log says why.
+    kubectl.apply(
+        &cluster_v1beta2("prod-eu9", "prod-eu9-lab", "mgmt-net").replace(
+            "apiGroup: infrastructure.cluster.x-k8s.io",
+            "apiGroup: infrastructure.example.net",
+        ),
+    );
+    let why = "spec.infrastructureRef.apiGroup names the group \"infrastructure.example.net\"";
+    let start = Instant::now();
+    while !webhook.log().contains(why) {
+        assert!(
+            start.elapsed() < CACHE_DEADLINE,
+            "a VCDCluster of another group was not refused; log:\n{}",
+            webhook.log_tail(20)
+        );
+        let machine = worker(
+            "prod-eu9",
+            "prod-eu9-lab-md-0-x",
+            Some("prod-eu9-lab"),
+            None,
+        );
+        if let Ok(object) = create(&client, &machine, true).await {
+            assert!(
+                plan_networks(&object).is_empty(),
+                "planned on a foreign VCDCluster"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
 async fn a_stopped_webhook_makes_kube_apiserver_apply_the_failure_policy() {
     let plane = shared();
     let kubectl = plane.kubectl();
@@ -590,7 +664,7 @@ async fn a_warn_mode_policy_admits_and_kubectl_prints_what_it_would_deny() {
     cluster_namespace(&kubectl, "prod-eu8");
     // The shipped configuration with its VCDMachine policy in warn mode.
     let dir = shipped_config(&plane, "warn");
-    let entry = "  VCDMachine:\n    - path: policy.wasm\n";
+    let entry = "  VCDMachine:\n    - builtin: role-based\n";
     edit_config(
         &dir,
         "nicpolicy.yaml",

@@ -1,5 +1,5 @@
 //! `nicpolicy controller` against a real API server, with the identity the shipped RBAC
-//! (config/controller/rbac.yaml) gives it and no webhook registered, so the machines it audits
+//! (config/controller/install.yaml) gives it and no webhook registered, so the machines it audits
 //! were written unchecked, as before nicpolicy was installed: their PolicyReports, the candidate
 //! chain's differences, Events, a VCDCluster change, leader hand-over and an API server restart.
 

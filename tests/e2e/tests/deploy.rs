@@ -1,33 +1,43 @@
-//! config/ applied the way docs/deploy.md tells an operator to: `kubectl apply --server-side -k
-//! config/` after writing the policy module into config/nicpolicy/policy.wasm, then
-//! config/controller/ as docs/audit.md says, against a real API server (with cert-manager's CRDs
-//! written for the test; nothing runs the pods).
+//! What an operator installs, applied to a real API server (with cert-manager's and the
+//! Prometheus Operator's CRDs written for the test; nothing runs the pods): config/ from a fresh
+//! clone as docs/deploy.md says (`kubectl apply --server-side -k config/`, then
+//! config/controller/), a site's own module through the overlay of examples/kustomize/, and the
+//! Helm chart in each certificate mode with every option on, in a namespace of its own. config/
+//! is what the chart renders (config/generate.sh --check).
 
 use std::path::Path;
+use std::process::Command;
 
 use base64::Engine as _;
+use nicpolicy_e2e::kubectl::Kubectl;
 use nicpolicy_e2e::{binaries, shared, workspace};
 use serde_json::Value;
 
-/// Copies config/ as a user's clone has it (without any module written into it yet).
-fn copy_config(to: &Path) {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).expect("mkdir");
-        for entry in std::fs::read_dir(from).expect("read config/") {
-            let entry = entry.expect("entry");
-            let target = to.join(entry.file_name());
-            if entry.file_type().expect("type").is_dir() {
-                copy(&entry.path(), &target);
-            } else if entry.path().extension().is_none_or(|ext| ext != "wasm") {
-                std::fs::copy(entry.path(), target).expect("copy");
-            }
-        }
+/// Copies `from` (relative to the workspace) to `to`, as a fresh clone has it: files git tracks
+/// only, so nothing generated in this checkout (a module, say) comes along.
+fn copy_tracked(from: &str, to: &Path) {
+    let listed = Command::new("git")
+        .args(["ls-files", "-z", "--", from])
+        .current_dir(workspace())
+        .output()
+        .expect("git runs");
+    assert!(listed.status.success(), "git ls-files {from} failed");
+    let files: Vec<&[u8]> = listed
+        .stdout
+        .split(|byte| *byte == 0)
+        .filter(|name| !name.is_empty())
+        .collect();
+    assert!(!files.is_empty(), "git tracks nothing under {from}");
+    for name in files {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let target = to.join(&name);
+        std::fs::create_dir_all(target.parent().expect("a file has a parent")).expect("mkdir");
+        std::fs::copy(workspace().join(&name), &target).expect("copy");
     }
-    copy(&workspace().join("config"), to);
 }
 
 fn export(policy: &str, to: &Path) -> Vec<u8> {
-    let status = std::process::Command::new(&binaries().nicpolicy)
+    let status = Command::new(&binaries().nicpolicy)
         .args(["export", policy, "-o"])
         .arg(to)
         .status()
@@ -36,147 +46,363 @@ fn export(policy: &str, to: &Path) -> Vec<u8> {
     std::fs::read(to).expect("exported module")
 }
 
+fn install_crds(kubectl: &Kubectl, fixture: &str, crds: &[&str]) {
+    let file = workspace().join("tests/e2e/fixtures").join(fixture);
+    kubectl.ok(&["apply", "-f", &file.to_string_lossy()]);
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(crds);
+    kubectl.ok(&args);
+}
+
+fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl.ok(&all)).expect("kubectl prints JSON")
+}
+
+/// `helm ARGS` in the workspace: (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(&binaries().helm)
+        .args(args)
+        .current_dir(workspace())
+        .output()
+        .expect("helm runs");
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    eprintln!(
+        "$ helm {}   [{}]\n  {}",
+        args.join(" "),
+        output.status,
+        err.trim()
+    );
+    (output.status.success(), out, err)
+}
+
 #[tokio::test]
-async fn the_kustomization_applies_as_the_deploy_guide_says() {
+async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_overlay() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    let crds = workspace().join("tests/e2e/fixtures/cert-manager-crds.yaml");
-    kubectl.ok(&["apply", "-f", &crds.to_string_lossy()]);
-    kubectl.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/issuers.cert-manager.io",
-        "crd/certificates.cert-manager.io",
-    ]);
+    install_crds(
+        &kubectl,
+        "cert-manager-crds.yaml",
+        &[
+            "crd/issuers.cert-manager.io",
+            "crd/certificates.cert-manager.io",
+        ],
+    );
+    let clone = plane.dir.join("clone");
+    copy_tracked("config", &clone);
+    copy_tracked("examples/kustomize", &clone);
+    let config = clone.join("config").to_string_lossy().into_owned();
 
-    let config = plane.dir.join("config");
-    copy_config(&config);
-    let config_arg = config.to_string_lossy().into_owned();
-    // Step 2: the module beside the configuration, under the name the kustomization carries.
-    let module = export("role-based", &config.join("nicpolicy/policy.wasm"));
-
-    // Step 4, as written.
-    let applied = kubectl.run(&["apply", "--server-side", "-k", &config_arg]);
+    // As written: nothing generated first.
+    let applied = kubectl.run(&["apply", "--server-side", "-k", &config]);
     assert!(
         applied.success,
-        "kubectl apply --server-side -k config/ failed:\n{}",
+        "kubectl apply --server-side -k config/ failed on a fresh clone:\n{}",
         applied.stderr
     );
     for object in [
-        "namespace/nicpolicy-system serverside-applied",
-        "serviceaccount/nicpolicy-webhook serverside-applied",
-        "clusterrole.rbac.authorization.k8s.io/nicpolicy-webhook serverside-applied",
-        "clusterrolebinding.rbac.authorization.k8s.io/nicpolicy-webhook serverside-applied",
-        "configmap/nicpolicy-config serverside-applied",
-        "service/nicpolicy-webhook serverside-applied",
-        "deployment.apps/nicpolicy-webhook serverside-applied",
-        "poddisruptionbudget.policy/nicpolicy-webhook serverside-applied",
-        "certificate.cert-manager.io/nicpolicy-webhook-cert serverside-applied",
-        "issuer.cert-manager.io/nicpolicy-selfsigned serverside-applied",
-        "mutatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy serverside-applied",
-        "validatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy serverside-applied",
+        "namespace/nicpolicy-system",
+        "serviceaccount/nicpolicy-webhook",
+        "clusterrole.rbac.authorization.k8s.io/nicpolicy-webhook",
+        "clusterrolebinding.rbac.authorization.k8s.io/nicpolicy-webhook",
+        "configmap/nicpolicy-config",
+        "service/nicpolicy-webhook",
+        "deployment.apps/nicpolicy-webhook",
+        "poddisruptionbudget.policy/nicpolicy-webhook",
+        "issuer.cert-manager.io/nicpolicy-selfsigned",
+        "certificate.cert-manager.io/nicpolicy-ca",
+        "issuer.cert-manager.io/nicpolicy-ca",
+        "certificate.cert-manager.io/nicpolicy-webhook-cert",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/nicpolicy",
     ] {
         assert!(
-            applied.stdout.contains(object),
+            applied
+                .stdout
+                .contains(&format!("{object} serverside-applied")),
             "{object} missing from:\n{}",
             applied.stdout
         );
     }
-    // Client-side apply (over the installed objects) would store the whole ConfigMap again in its last-applied annotation,
+    let ns = ["-n", "nicpolicy-system"];
+    let map = get_json(&kubectl, &["configmap", ns[0], ns[1], "nicpolicy-config"]);
+    assert!(
+        map.get("binaryData").is_none(),
+        "no module in the ConfigMap"
+    );
+    assert!(map["data"]["nicpolicy.yaml"]
+        .as_str()
+        .is_some_and(|c| c.contains("builtin: role-based")));
+    let deployment = get_json(&kubectl, &["deployment", ns[0], ns[1], "nicpolicy-webhook"]);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "nicpolicy-webhook");
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "registry.example.net/platform/nicpolicy:0.1.0"
+    );
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    // The serving certificate is signed by the CA whose Secret the webhooks trust: renewals
+    // keep the caBundle.
+    let serving = get_json(
+        &kubectl,
+        &["certificate", ns[0], ns[1], "nicpolicy-webhook-cert"],
+    );
+    assert_eq!(serving["spec"]["issuerRef"]["name"], "nicpolicy-ca");
+    let ca = get_json(&kubectl, &["certificate", ns[0], ns[1], "nicpolicy-ca"]);
+    assert_eq!(ca["spec"]["isCA"], true);
+    let validating = get_json(&kubectl, &["validatingwebhookconfiguration", "nicpolicy"]);
+    assert_eq!(
+        validating["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "nicpolicy-system/nicpolicy-webhook-cert"
+    );
+
+    // Then the controller, as docs/audit.md says.
+    let controller = clone
+        .join("config/controller")
+        .to_string_lossy()
+        .into_owned();
+    let audit = kubectl.run(&["apply", "--server-side", "-k", &controller]);
+    assert!(audit.success, "config/controller/: {}", audit.stderr);
+    for object in [
+        "configmap/nicpolicy-candidate",
+        "deployment.apps/nicpolicy-controller",
+        "service/nicpolicy-controller",
+        "customresourcedefinition.apiextensions.k8s.io/policyreports.wgpolicyk8s.io",
+    ] {
+        assert!(audit.stdout.contains(object), "{object}: {}", audit.stdout);
+    }
+
+    // A site's own module: written into the overlay and applied; the ConfigMap is updated in
+    // place (what the running pods hot-reload).
+    let overlay = clone.join("examples/kustomize/site-module");
+    let overlay_arg = overlay.to_string_lossy().into_owned();
+    let missing = kubectl.run(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        &overlay_arg,
+    ]);
+    assert!(!missing.success, "the overlay applied without its module");
+    assert!(missing.stderr.contains("policy.wasm"), "{}", missing.stderr);
+    let module = export("capvcd", &overlay.join("policy.wasm"));
+    let applied = kubectl.run(&["apply", "--server-side", "-k", &overlay_arg]);
+    assert!(applied.success, "{}", applied.stderr);
+    let map = get_json(&kubectl, &["configmap", ns[0], ns[1], "nicpolicy-config"]);
+    let stored = base64::engine::general_purpose::STANDARD
+        .decode(map["binaryData"]["policy.wasm"].as_str().expect("module"))
+        .expect("base64");
+    assert!(stored == module, "the ConfigMap does not carry the module");
+    assert!(map["data"]["nicpolicy.yaml"]
+        .as_str()
+        .is_some_and(|c| c.contains("path: policy.wasm")));
+    assert!(map["data"]["inventory.yaml"].is_string());
+    // Client-side apply would store the whole ConfigMap again in its last-applied annotation,
     // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
-    let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &config_arg]);
+    let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &overlay_arg]);
     assert!(
         !client_side.success,
-        "client-side apply of the module's ConfigMap went through"
+        "client-side apply of the module went through"
     );
     assert!(
         client_side.stderr.contains("Too long"),
         "{}",
         client_side.stderr
     );
+}
 
-    let stored_module = || {
-        let map: Value = serde_json::from_str(&kubectl.ok(&[
-            "get",
-            "configmap",
-            "-n",
-            "nicpolicy-system",
-            "nicpolicy-config",
-            "-o",
-            "json",
-        ]))
-        .expect("JSON");
-        let text = map["binaryData"]["policy.wasm"]
-            .as_str()
-            .expect("the module is in binaryData");
-        assert!(map["data"]["nicpolicy.yaml"]
-            .as_str()
-            .is_some_and(|c| c.contains("path: policy.wasm")));
-        assert!(map["data"]["inventory.yaml"].is_string());
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .expect("base64")
-    };
+#[tokio::test]
+async fn config_is_what_the_chart_renders() {
+    let status = Command::new(workspace().join("config/generate.sh"))
+        .arg("--check")
+        .env("HELM", &binaries().helm)
+        .status()
+        .expect("config/generate.sh runs");
     assert!(
-        stored_module() == module,
-        "the ConfigMap does not carry the exported module"
+        status.success(),
+        "config/ drifted from charts/nicpolicy (the difference is above): run config/generate.sh"
     );
-    let deployment: Value = serde_json::from_str(&kubectl.ok(&[
-        "get",
-        "deployment",
-        "-n",
-        "nicpolicy-system",
-        "nicpolicy-webhook",
-        "-o",
-        "json",
-    ]))
-    .expect("JSON");
-    assert_eq!(
-        deployment["spec"]["template"]["spec"]["serviceAccountName"],
-        "nicpolicy-webhook"
-    );
+}
 
-    // Then the controller, as docs/audit.md says: its PolicyReport CRD, RBAC and Deployment
-    // beside the webhook's objects.
-    let controller = config.join("controller").to_string_lossy().into_owned();
-    let audit = kubectl.run(&["apply", "-k", &controller]);
-    assert!(
-        audit.success,
-        "kubectl apply -k config/controller/ failed:\n{}",
-        audit.stderr
+#[tokio::test]
+async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    install_crds(
+        &kubectl,
+        "cert-manager-crds.yaml",
+        &[
+            "crd/issuers.cert-manager.io",
+            "crd/certificates.cert-manager.io",
+        ],
     );
-    assert!(
-        audit.stdout.contains("configmap/nicpolicy-candidate"),
-        "{}",
-        audit.stdout
+    install_crds(
+        &kubectl,
+        "prometheus-operator-crds.yaml",
+        &[
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ],
     );
-
-    // A site's own module: copied over policy.wasm and applied again, no other edit; the
-    // ConfigMap is updated in place (what the running pods hot-reload).
-    let own = export("zone-aware", &plane.dir.join("site-policy.wasm"));
-    assert!(own != module);
-    std::fs::copy(
-        plane.dir.join("site-policy.wasm"),
-        config.join("nicpolicy/policy.wasm"),
-    )
-    .expect("copy");
-    let reapplied = kubectl.run(&["apply", "--server-side", "-k", &config_arg]);
-    assert!(reapplied.success, "{}", reapplied.stderr);
-    assert!(
-        stored_module() == own,
-        "the ConfigMap was not updated with the site's module"
-    );
-
-    // Without a module, kustomize names the missing file.
-    std::fs::remove_file(config.join("nicpolicy/policy.wasm")).expect("remove");
-    let missing = kubectl.run(&[
-        "apply",
-        "--server-side",
-        "--dry-run=server",
-        "-k",
-        &config_arg,
+    let (linted, out, _) = helm(&[
+        "lint",
+        "--strict",
+        "charts/nicpolicy",
+        "--set",
+        "image.repository=registry.example.net/platform/nicpolicy",
     ]);
-    assert!(!missing.success);
-    assert!(missing.stderr.contains("policy.wasm"), "{}", missing.stderr);
+    assert!(linted, "helm lint: {out}");
+
+    // Without an image, the chart says where to get one instead of pulling a stranger's.
+    let (ok, _, err) = helm(&["template", "nicpolicy", "charts/nicpolicy"]);
+    assert!(!ok);
+    assert!(err.contains("image.repository"), "{err}");
+
+    let ca_pem = std::fs::read_to_string(&plane.pki.ca_file).expect("a CA to name");
+    let every_option = [
+        "image.repository=registry.example.net/platform/nicpolicy",
+        "image.digest=sha256:4006b3818b3ef1b5dc8abb988b2d7c1b8cf222958b4ab57288a66bd8e4d7b86d",
+        "controller.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.prometheusRule.enabled=true",
+        "networkPolicy.enabled=true",
+        "networkPolicy.apiServerCIDRs={10.96.0.0/12}",
+        "webhook.namespaceOptOut=true",
+        "webhook.failurePolicy=Ignore",
+        "webhook.timeoutSeconds=3",
+    ];
+    for (mode, namespace, extra) in [
+        ("certManager", "platform-nicpolicy", vec![]),
+        (
+            "existingSecret",
+            "platform-nicpolicy-byo",
+            vec!["certificates.existingSecret.name=webhook-serving"],
+        ),
+    ] {
+        kubectl.ok(&["create", "namespace", namespace]);
+        let release = format!("np-{}", mode.to_lowercase());
+        let mut args = vec![
+            "template".to_string(),
+            release.clone(),
+            "charts/nicpolicy".to_string(),
+            "--namespace".to_string(),
+            namespace.to_string(),
+            "--set".to_string(),
+            format!("certificates.mode={mode}"),
+        ];
+        for set in every_option.iter().copied().chain(extra) {
+            args.extend(["--set".to_string(), set.to_string()]);
+        }
+        if mode == "existingSecret" {
+            // Without the CA, the chart refuses to render a webhook nobody can trust.
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, _, err) = helm(&refs);
+            assert!(!ok, "rendered without a caBundle");
+            assert!(
+                err.contains("certificates.existingSecret.caBundle"),
+                "{err}"
+            );
+            args.extend([
+                "--set-string".to_string(),
+                format!("certificates.existingSecret.caBundle={ca_pem}"),
+            ]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, rendered, err) = helm(&refs);
+        assert!(ok, "helm template ({mode}): {err}");
+        let applied = kubectl.run_with(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-n",
+                namespace,
+                "-f",
+                "-",
+            ],
+            Some(&rendered),
+        );
+        assert!(
+            applied.success,
+            "the API server refused the chart ({mode}):\n{}",
+            applied.stderr
+        );
+        for object in [
+            format!("deployment.apps/{release}-webhook"),
+            format!("deployment.apps/{release}-controller"),
+            format!("poddisruptionbudget.policy/{release}-webhook"),
+            format!("servicemonitor.monitoring.coreos.com/{release}"),
+            format!("prometheusrule.monitoring.coreos.com/{release}"),
+            format!("networkpolicy.networking.k8s.io/{release}-webhook"),
+            format!("mutatingwebhookconfiguration.admissionregistration.k8s.io/{release}"),
+            format!("validatingwebhookconfiguration.admissionregistration.k8s.io/{release}"),
+        ] {
+            assert!(
+                applied.stdout.contains(&object),
+                "{object} missing ({mode}):\n{}",
+                applied.stdout
+            );
+        }
+        // The namespace follows the release: the certificate's names, the CA injection and
+        // the webhooks' Service.
+        let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
+            .filter_map(|document| {
+                let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
+                value.filter(|v| !v.is_null())
+            })
+            .collect();
+        let find = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind)
+                .unwrap_or_else(|| panic!("no {kind} rendered ({mode})"))
+        };
+        let validating = find("ValidatingWebhookConfiguration");
+        let hook = &validating["webhooks"][0];
+        assert_eq!(hook["clientConfig"]["service"]["namespace"], namespace);
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(hook["timeoutSeconds"], 3);
+        assert_eq!(
+            hook["namespaceSelector"]["matchExpressions"][0]["key"],
+            "nicpolicy.io/enforce"
+        );
+        let image = &find("Deployment")["spec"]["template"]["spec"]["containers"][0]["image"];
+        assert!(
+            image.as_str().is_some_and(|i| i.contains("@sha256:")),
+            "{image}"
+        );
+        if mode == "certManager" {
+            assert_eq!(
+                validating["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                format!("{namespace}/{release}-webhook-cert")
+            );
+            let serving = objects
+                .iter()
+                .find(|o| o["kind"] == "Certificate" && o["spec"]["isCA"] != true)
+                .expect("a serving certificate");
+            assert_eq!(
+                serving["spec"]["dnsNames"][0],
+                format!("{release}-webhook.{namespace}.svc")
+            );
+        } else {
+            let bundle = hook["clientConfig"]["caBundle"].as_str().expect("caBundle");
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(bundle)
+                .expect("base64");
+            assert_eq!(String::from_utf8_lossy(&decoded), ca_pem);
+            assert!(!objects.iter().any(|o| o["kind"] == "Certificate"));
+            let webhook = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"] == format!("{release}-webhook")
+                })
+                .expect("the webhook's Deployment");
+            let volumes = &webhook["spec"]["template"]["spec"]["volumes"];
+            assert!(volumes.to_string().contains("webhook-serving"), "{volumes}");
+        }
+    }
 }

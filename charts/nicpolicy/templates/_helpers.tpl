@@ -1,0 +1,58 @@
+{{/* Names: every object is named after the release (nicpolicy-webhook, nicpolicy-config, ...). */}}
+{{- define "nicpolicy.name" -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "nicpolicy.labels" -}}
+app.kubernetes.io/name: nicpolicy
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component (webhook or controller). */}}
+{{- define "nicpolicy.selector" -}}
+app.kubernetes.io/name: nicpolicy
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "nicpolicy.image" -}}
+{{- $repository := required "image.repository: the registry path the nicpolicy image was pushed to (config/image/build.sh, docs/deploy.md \"The image\")" .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{ $repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "nicpolicy.tlsSecret" -}}
+{{- if eq .Values.certificates.mode "existingSecret" -}}
+{{ required "certificates.existingSecret.name: the kubernetes.io/tls Secret to serve with" .Values.certificates.existingSecret.name }}
+{{- else -}}
+{{ include "nicpolicy.name" . }}-webhook-tls
+{{- end -}}
+{{- end -}}
+
+{{/* The pod security settings both Deployments share: the image's user, nothing else. */}}
+{{- define "nicpolicy.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "nicpolicy.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/* The compiled-module cache: a subdirectory the process creates itself (mode 0700, its own);
+the emptyDir is root's with mode 0777, which the cache never trusts. */}}
+{{- define "nicpolicy.cacheEnv" -}}
+- name: NICPOLICY_CACHE_DIR
+  value: /var/cache/nicpolicy/modules
+{{- end -}}
