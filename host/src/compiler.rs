@@ -15,7 +15,7 @@
 //! The child is this same program run with [`CompilerProcess::args`] (for the `nicpolicy`
 //! binary, the first argument `__compile-module`, which its `main` hands to [`child_main`] before
 //! the command line is parsed: no help or completion shows it). It builds its
-//! engine from the same [`HostConfig`] ([`engine_config`]) and writes the compiled artifact to
+//! engine from the same [`EngineShape`] ([`crate::wasm_config`]) and writes the compiled artifact to
 //! its standard output; the parent loads it with [`Module::deserialize`], which checks that it was
 //! made for this engine.
 //!
@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Module};
 
-use crate::engine::{engine_config, HostConfig};
 use crate::error::LoadError;
 use crate::limits::MAX_MODULE_BYTES;
+use crate::wasm_config::{wasmtime_config, EngineShape};
 
 /// How to start a compiler child.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,22 +73,14 @@ const MAX_STDERR_BYTES: usize = 16 << 10;
 /// `key=value` pairs separated by commas.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChildSettings {
-    max_memory_bytes: usize,
-    max_instances: u32,
-    pooling: bool,
-    keep_resident_bytes: usize,
-    reset_dirty_pages_only: bool,
+    shape: EngineShape,
     memory_limit: u64,
 }
 
 impl ChildSettings {
-    fn of(config: &HostConfig, memory_limit: u64) -> ChildSettings {
+    fn of(shape: &EngineShape, memory_limit: u64) -> ChildSettings {
         ChildSettings {
-            max_memory_bytes: config.max_memory_bytes,
-            max_instances: config.max_instances,
-            pooling: config.pooling,
-            keep_resident_bytes: config.keep_resident_bytes,
-            reset_dirty_pages_only: config.reset_dirty_pages_only,
+            shape: *shape,
             memory_limit,
         }
     }
@@ -96,11 +88,11 @@ impl ChildSettings {
     fn encode(&self) -> String {
         format!(
             "max-memory={},max-instances={},pooling={},keep-resident={},dirty-only={},memory-limit={}",
-            self.max_memory_bytes,
-            self.max_instances,
-            u8::from(self.pooling),
-            self.keep_resident_bytes,
-            u8::from(self.reset_dirty_pages_only),
+            self.shape.max_memory_bytes,
+            self.shape.max_instances,
+            u8::from(self.shape.pooling),
+            self.shape.keep_resident_bytes,
+            u8::from(self.shape.reset_dirty_pages_only),
             self.memory_limit
         )
     }
@@ -124,26 +116,15 @@ impl ChildSettings {
         };
         let size = |key: &str| get(key).and_then(|v| usize::try_from(v).map_err(|e| e.to_string()));
         Ok(ChildSettings {
-            max_memory_bytes: size("max-memory")?,
-            max_instances: u32::try_from(get("max-instances")?).map_err(|e| e.to_string())?,
-            pooling: get("pooling")? == 1,
-            keep_resident_bytes: size("keep-resident")?,
-            reset_dirty_pages_only: get("dirty-only")? == 1,
+            shape: EngineShape {
+                max_memory_bytes: size("max-memory")?,
+                max_instances: u32::try_from(get("max-instances")?).map_err(|e| e.to_string())?,
+                pooling: get("pooling")? == 1,
+                keep_resident_bytes: size("keep-resident")?,
+                reset_dirty_pages_only: get("dirty-only")? == 1,
+            },
             memory_limit: get("memory-limit")?,
         })
-    }
-
-    fn host_config(&self) -> HostConfig {
-        HostConfig {
-            max_memory_bytes: self.max_memory_bytes,
-            max_instances: self.max_instances,
-            pooling: self.pooling,
-            keep_resident_bytes: self.keep_resident_bytes,
-            reset_dirty_pages_only: self.reset_dirty_pages_only,
-            cache_dir: None,
-            compiler: None,
-            ..HostConfig::default()
-        }
     }
 }
 
@@ -158,12 +139,12 @@ impl ChildSettings {
 pub fn compile_in_child(
     process: &CompilerProcess,
     engine: &Engine,
-    config: &HostConfig,
+    shape: &EngineShape,
     bytes: &[u8],
     limit: Duration,
 ) -> Result<Module, LoadError> {
     let started = Instant::now();
-    let settings = ChildSettings::of(config, process.memory_bytes);
+    let settings = ChildSettings::of(shape, process.memory_bytes);
     let mut child = Command::new(&process.program)
         .args(&process.args)
         .arg(settings.encode())
@@ -307,7 +288,7 @@ pub fn child_main(settings: &str) -> u8 {
         eprintln!("the module is over {} bytes", MAX_MODULE_BYTES);
         return 2;
     }
-    let engine = match Engine::new(&engine_config(&settings.host_config())) {
+    let engine = match Engine::new(&wasmtime_config(&settings.shape)) {
         Ok(engine) => engine,
         Err(err) => {
             eprintln!("cannot create the Wasm engine: {err:#}");
@@ -356,7 +337,7 @@ mod tests {
 
     #[test]
     fn settings_round_trip_and_errors_name_the_key() {
-        let settings = ChildSettings::of(&HostConfig::default(), 128 << 20);
+        let settings = ChildSettings::of(&crate::HostConfig::default().shape(), 128 << 20);
         assert_eq!(ChildSettings::parse(&settings.encode()), Ok(settings));
         assert_eq!(
             ChildSettings::parse("max-memory=1").unwrap_err(),

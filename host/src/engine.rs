@@ -1,15 +1,15 @@
 //! The process-wide [`Host`]: one Wasmtime engine, its epoch ticker and the module cache.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine};
 
 use crate::cache::{self, CacheStatus, ModuleCache};
 use crate::compiler::{self, CompilerProcess};
 use crate::error::LoadError;
 use crate::limits::{CompileBounds, Limits};
-use crate::policy::{Policy, PolicyOptions};
+use crate::wasm_config::{self, EngineShape};
 
 /// How the host's engine is set up. The defaults fit a webhook and the CLI alike.
 #[derive(Clone, Debug)]
@@ -143,70 +143,37 @@ impl Host {
     fn compile_uncached(&self, bytes: &[u8]) -> Result<wasmtime::Module, LoadError> {
         let limit = self.config.compile_timeout;
         match &self.config.compiler {
-            Some(process) => {
-                compiler::compile_in_child(process, &self.engine, &self.config, bytes, limit)
-            }
+            Some(process) => compiler::compile_in_child(
+                process,
+                &self.engine,
+                &self.config.shape(),
+                bytes,
+                limit,
+            ),
             None => cache::compile_within(&self.engine, bytes, limit),
         }
     }
-
-    /// Loads a policy from module bytes: inspect, ABI checks, compile, settings check.
-    ///
-    /// # Errors
-    /// A [`LoadError`]: the module is not a valid ABI v1 policy, does not match its pinned
-    /// digest, cannot be compiled in time, asks for limits the host cannot give, or refuses its
-    /// settings.
-    pub fn load(&self, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
-        Policy::load(self, bytes, options)
-    }
-
-    /// Loads a policy from a `.wasm` file.
-    ///
-    /// # Errors
-    /// [`LoadError::Read`] when the file cannot be read; otherwise as for [`Host::load`].
-    pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
-        let bytes = crate::inspect::read_module(path)?;
-        self.load(&bytes, options)
-    }
 }
 
-/// The Wasmtime configuration of a host set up as `config` says. A compiler child process
-/// ([`crate::compiler`]) builds its engine from the same, so what it compiles loads here.
+/// The Wasmtime configuration of a host set up as `config` says ([`wasm_config`]). A compiler
+/// child process ([`crate::compiler`]) builds its engine from the same shape, so what it
+/// compiles loads here.
 pub fn engine_config(config: &HostConfig) -> Config {
-    let mut wasm = Config::new();
-    wasm.epoch_interruption(true)
-        .cranelift_opt_level(wasmtime::OptLevel::Speed)
-        .memory_init_cow(true)
-        // Each compile on its own thread, not on a shared rayon pool: a compile abandoned
-        // at the compile limit would otherwise keep the pool busy and starve every later
-        // compile until it ends. Costs a cache miss one core instead of all of them.
-        .parallel_compilation(false)
-        // Deep recursion in a policy becomes a stack-overflow trap well before this.
-        .max_wasm_stack(1 << 20);
-    if config.pooling {
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_core_instances(config.max_instances)
-            .total_memories(config.max_instances)
-            .total_tables(config.max_instances)
-            .max_memory_size(config.max_memory_bytes)
-            // A fresh instance per evaluation reuses a warm slot: keeping its pages
-            // resident and restoring only the dirty ones costs far less than page faults
-            // on every first touch (see docs/benchmarks.md, "What each change gained").
-            .linear_memory_keep_resident(config.keep_resident_bytes)
-            .table_keep_resident(TABLE_KEEP_RESIDENT)
-            .pagemap_scan(if config.reset_dirty_pages_only {
-                Enabled::Auto
-            } else {
-                Enabled::No
-            });
-        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    }
-    wasm
+    wasm_config::wasmtime_config(&config.shape())
 }
 
-/// Bytes of each freed table slot kept resident: a Rust policy's table of function
-/// pointers is a few hundred entries.
-const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+impl HostConfig {
+    /// The part of this configuration that shapes the Wasmtime engine.
+    pub fn shape(&self) -> EngineShape {
+        EngineShape {
+            max_memory_bytes: self.max_memory_bytes,
+            max_instances: self.max_instances,
+            pooling: self.pooling,
+            keep_resident_bytes: self.keep_resident_bytes,
+            reset_dirty_pages_only: self.reset_dirty_pages_only,
+        }
+    }
+}
 
 /// Advances the engine's epoch every `tick` while the engine lives.
 fn spawn_ticker(engine: &Engine, tick: Duration) -> Result<(), HostError> {

@@ -8,8 +8,46 @@ use sha2::{Digest, Sha256};
 use wasmparser::{Encoding, ExternalKind, FuncType, Parser, Payload, TypeRef, ValType};
 
 use crate::error::LoadError;
-use crate::kubewarden::{self, KubewardenError};
 use crate::limits::MAX_MODULE_BYTES;
+
+/// How the host sends a request to [`crate::Policy::evaluate`] (`docs/abi.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestFormat {
+    /// JSON to `nicpolicy_evaluate`: every ABI v1 module takes it.
+    Json,
+    /// The binary request format, version 1 ([`nicpolicy_plugin::binary`]), to
+    /// `nicpolicy_evaluate_binary1`: faster to read for the policy; the decision comes back as
+    /// JSON.
+    Binary1,
+    /// Binary both ways, to `nicpolicy_evaluate_binary2`: the request as in version 1, the
+    /// decision in the binary decision format ([`nicpolicy_plugin::binary::decision`]), which
+    /// the host checks as it checks JSON. Modules built with the SDK have it.
+    Binary2,
+}
+
+impl RequestFormat {
+    /// The export a module needs to take this format.
+    pub fn export(self) -> &'static str {
+        match self {
+            RequestFormat::Json => abi::EXPORT_EVALUATE,
+            RequestFormat::Binary1 => abi::EXPORT_EVALUATE_BINARY1,
+            RequestFormat::Binary2 => abi::EXPORT_EVALUATE_BINARY2,
+        }
+    }
+}
+
+impl std::fmt::Display for RequestFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RequestFormat::Json => "JSON",
+            RequestFormat::Binary1 => "binary v1",
+            RequestFormat::Binary2 => "binary v2",
+        })
+    }
+}
+
+/// The export every waPC guest has.
+const WAPC_GUEST_CALL: &str = "__guest_call";
 
 /// What a policy module declares, read from its bytes alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,9 +58,9 @@ pub struct ModuleInfo {
     pub size: usize,
     /// The `nicpolicy.metadata` custom section, when present.
     pub metadata: Option<Metadata>,
-    /// The `io.kubewarden.metadata` custom section of a Kubewarden build, when present (an
-    /// error when it is not valid metadata).
-    pub kubewarden: Option<Result<kubewarden::Metadata, KubewardenError>>,
+    /// The bytes of the `io.kubewarden.metadata` custom section of a Kubewarden build, when
+    /// present; [`crate::kubewarden::metadata`] reads them.
+    pub kubewarden_section: Option<Vec<u8>>,
     /// Every import.
     pub imports: Vec<Item>,
     /// Every export.
@@ -255,7 +293,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
     let mut imports = Vec::new();
     let mut exports = Vec::new();
     let mut metadata = None;
-    let mut kubewarden_metadata = None;
+    let mut kubewarden_section = None;
     let mut raw_exports = Vec::new();
     let mut code = CodeShape::default();
     let mut memories = Vec::new();
@@ -335,8 +373,10 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
                     .map_err(|err| LoadError::BadMetadata(err.to_string()))?;
                 metadata = Some(parsed);
             }
-            Payload::CustomSection(section) if section.name() == kubewarden::METADATA_SECTION => {
-                kubewarden_metadata = Some(kubewarden::parse_metadata(section.data()));
+            Payload::CustomSection(section)
+                if section.name() == nicpolicy_plugin::kubewarden::METADATA_SECTION =>
+            {
+                kubewarden_section = Some(section.data().to_vec());
             }
             _ => {}
         }
@@ -368,7 +408,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo, LoadError> {
         sha256: sha256_hex(bytes),
         size: bytes.len(),
         metadata,
-        kubewarden: kubewarden_metadata,
+        kubewarden_section,
         imports,
         exports,
         code,
@@ -456,7 +496,9 @@ impl ModuleInfo {
     /// Which ABI the module speaks: waPC when it exports `__guest_call` or carries Kubewarden
     /// metadata, nicpolicy ABI v1 otherwise.
     pub fn abi(&self) -> ModuleAbi {
-        if kubewarden::is_wapc(&self.exports) || self.kubewarden.is_some() {
+        if self.exports.iter().any(|e| e.name == WAPC_GUEST_CALL)
+            || self.kubewarden_section.is_some()
+        {
             ModuleAbi::KubewardenWapc
         } else {
             ModuleAbi::NicpolicyV1
@@ -517,8 +559,7 @@ impl ModuleInfo {
     /// The request formats the module takes, oldest first: JSON always, binary v1 when it
     /// exports `nicpolicy_evaluate_binary1`, binary v2 when it exports
     /// `nicpolicy_evaluate_binary2`.
-    pub fn request_formats(&self) -> Vec<crate::policy::RequestFormat> {
-        use crate::policy::RequestFormat;
+    pub fn request_formats(&self) -> Vec<RequestFormat> {
         let has = |format: &RequestFormat| self.exports.iter().any(|e| e.name == format.export());
         // JSON is the ABI itself: a module without its export fails the ABI check instead.
         std::iter::once(RequestFormat::Json)
@@ -534,7 +575,6 @@ impl ModuleInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RequestFormat;
 
     fn module(text: &str) -> Vec<u8> {
         wat::parse_str(text).expect("valid wat")

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::inspect::{Item, ItemType, ModuleInfo};
+use crate::inspect::{ItemType, ModuleInfo};
 
 pub use nicpolicy_plugin::kubewarden::METADATA_SECTION;
 /// The only waPC protocol version Kubewarden speaks.
@@ -133,9 +133,10 @@ pub fn parse_metadata(bytes: &[u8]) -> Result<Metadata, KubewardenError> {
     serde_json::from_slice(bytes).map_err(|err| KubewardenError::BadMetadata(err.to_string()))
 }
 
-/// Whether a module speaks waPC by its exports.
-pub fn is_wapc(exports: &[Item]) -> bool {
-    exports.iter().any(|e| e.name == "__guest_call")
+/// The Kubewarden metadata of a module: `None` without an `io.kubewarden.metadata` section, an
+/// error when the section is not valid metadata.
+pub fn metadata(info: &ModuleInfo) -> Option<Result<Metadata, KubewardenError>> {
+    info.kubewarden_section.as_deref().map(parse_metadata)
 }
 
 const OPERATIONS: [&str; 5] = ["CREATE", "UPDATE", "DELETE", "CONNECT", "*"];
@@ -210,10 +211,9 @@ pub fn check(info: &ModuleInfo) -> Result<Metadata, KubewardenError> {
             name: import.name.clone(),
         });
     }
-    let metadata = match &info.kubewarden {
+    let metadata = match metadata(info) {
         None => return Err(KubewardenError::MissingMetadata),
-        Some(Err(err)) => return Err(err.clone()),
-        Some(Ok(metadata)) => metadata.clone(),
+        Some(result) => result?,
     };
     match metadata.protocol_version.as_deref() {
         Some(PROTOCOL_VERSION) => {}

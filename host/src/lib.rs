@@ -54,9 +54,14 @@
 //! - [`kubewarden`]: the metadata of the policies' Kubewarden (waPC) build and the checks
 //!   Kubewarden's policy-server applies before it runs one.
 //!
-//! - [`audit`] and [`controller`] (feature `webhook`): every machine of a set of manifests or of
-//!   a cluster evaluated against its own cluster, with a candidate chain beside (shadow mode);
-//!   `nicpolicy audit` and the continuous `nicpolicy controller`.
+//! - [`clusters`]: finding a machine's VCDCluster as Cluster API does, in manifest files
+//!   ([`clusters::StaticClusters`]) or, with feature `webhook`, in watch-fed caches of the API
+//!   server ([`clusters::live::KubeClusters`]).
+//! - [`served`]: the served policy set of `serve`, `controller` and `review`: the configuration
+//!   file, the snapshot of policies and inventory it loads, its hot reload.
+//! - [`audit`]: every machine of a set of manifests evaluated against its own cluster, with a
+//!   candidate chain beside (shadow mode); with feature `webhook`, of a live cluster too
+//!   (`audit::live`), and [`controller`], the continuous `nicpolicy controller`.
 //!
 //! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
 //!
@@ -75,13 +80,13 @@
 
 #![doc(test(attr(deny(warnings))))]
 
-#[cfg(feature = "webhook")]
 pub mod audit;
 #[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod cache;
 pub mod cases;
 pub mod chain;
+pub mod clusters;
 pub mod compiler;
 #[cfg(feature = "webhook")]
 pub mod controller;
@@ -98,9 +103,11 @@ pub mod network_config;
 #[cfg(feature = "playground")]
 pub mod playground;
 pub mod policy;
+pub mod served;
 pub mod spec;
 pub mod stages;
 pub mod vcd;
+pub mod wasm_config;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 

@@ -1,5 +1,6 @@
 //! A loaded policy: compiled once, instantiated afresh for every call.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
@@ -127,42 +128,30 @@ struct Exports {
     evaluate_binary2: Option<ModuleExport>,
 }
 
-/// How the host sends a request to [`Policy::evaluate`] (`docs/abi.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestFormat {
-    /// JSON to `nicpolicy_evaluate`: every ABI v1 module takes it.
-    Json,
-    /// The binary request format, version 1 ([`nicpolicy_plugin::binary`]), to
-    /// `nicpolicy_evaluate_binary1`: faster to read for the policy; the decision comes back as
-    /// JSON.
-    Binary1,
-    /// Binary both ways, to `nicpolicy_evaluate_binary2`: the request as in version 1, the
-    /// decision in the binary decision format ([`nicpolicy_plugin::binary::decision`]), which
-    /// the host checks as it checks JSON. Modules built with the SDK have it.
-    Binary2,
-}
-
-impl RequestFormat {
-    /// The export a module needs to take this format.
-    pub fn export(self) -> &'static str {
-        match self {
-            RequestFormat::Json => abi::EXPORT_EVALUATE,
-            RequestFormat::Binary1 => abi::EXPORT_EVALUATE_BINARY1,
-            RequestFormat::Binary2 => abi::EXPORT_EVALUATE_BINARY2,
-        }
-    }
-}
+pub use crate::inspect::RequestFormat;
 
 /// Reads what an evaluation export returned: [`decode_decision`] or [`decode_binary_decision`].
 type DecodeOutput = fn(&[u8]) -> Result<Decision, EvalError>;
 
-impl std::fmt::Display for RequestFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RequestFormat::Json => "JSON",
-            RequestFormat::Binary1 => "binary v1",
-            RequestFormat::Binary2 => "binary v2",
-        })
+// Loading lives beside the policy it makes, so the engine knows nothing of policies.
+impl Host {
+    /// Loads a policy from module bytes: inspect, ABI checks, compile, settings check.
+    ///
+    /// # Errors
+    /// A [`LoadError`]: the module is not a valid ABI v1 policy, does not match its pinned
+    /// digest, cannot be compiled in time, asks for limits the host cannot give, or refuses its
+    /// settings.
+    pub fn load(&self, bytes: &[u8], options: PolicyOptions) -> Result<Policy, LoadError> {
+        Policy::load(self, bytes, options)
+    }
+
+    /// Loads a policy from a `.wasm` file.
+    ///
+    /// # Errors
+    /// [`LoadError::Read`] when the file cannot be read; otherwise as for [`Host::load`].
+    pub fn load_file(&self, path: &Path, options: PolicyOptions) -> Result<Policy, LoadError> {
+        let bytes = crate::inspect::read_module(path)?;
+        self.load(&bytes, options)
     }
 }
 

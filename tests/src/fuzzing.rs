@@ -180,8 +180,10 @@ pub fn binary_decision(data: &[u8]) {
 /// built-in CAPVCD policy, the example cluster. Every body gets an answer whose body is a JSON
 /// AdmissionReview: HTTP 200 with a response, or 400 for a body that is no readable review.
 pub fn admission_review(data: &[u8]) {
+    use nicpolicy::clusters::StaticClusters;
     use nicpolicy::plugin::ObjectKind;
-    use nicpolicy::webhook::{App, Endpoint, ServeConfig, StaticClusters};
+    use nicpolicy::served::ServeConfig;
+    use nicpolicy::webhook::{App, Endpoint};
     use std::sync::{Arc, OnceLock};
 
     static APP: OnceLock<App> = OnceLock::new();

@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nicpolicy::clusters::StaticClusters;
 use nicpolicy::plugin::ObjectKind;
-use nicpolicy::webhook::config::ClusterSourceConfig;
-use nicpolicy::webhook::{App, Endpoint, ServeConfig, StaticClusters};
+use nicpolicy::served::config::ClusterSourceConfig;
+use nicpolicy::served::ServeConfig;
+use nicpolicy::webhook::{App, Endpoint};
 use nicpolicy::{builtin, Host, HostConfig};
 use nicpolicy_tests::Module;
 use serde_json::{json, Value};

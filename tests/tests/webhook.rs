@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use nicpolicy::clusters::StaticClusters;
 use nicpolicy::plugin::ObjectKind;
-use nicpolicy::webhook::config::ClusterSourceConfig;
+use nicpolicy::served::config::ClusterSourceConfig;
+use nicpolicy::served::ServeConfig;
 use nicpolicy::webhook::tls::SelfSigned;
-use nicpolicy::webhook::{App, Endpoint, ServeConfig, Server, StaticClusters};
+use nicpolicy::webhook::{App, Endpoint, Server};
 use nicpolicy::{builtin, Host, HostConfig};
 use nicpolicy_tests::{allow_result, Module};
 use serde_json::{json, Value};
@@ -701,7 +703,7 @@ async fn shutdown_lets_reviews_in_flight_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_certificates_are_picked_up() {
-    use nicpolicy::webhook::config::TlsFiles;
+    use nicpolicy::served::config::TlsFiles;
     use nicpolicy::webhook::metrics::Metrics;
     use nicpolicy::webhook::tls;
 
@@ -1309,7 +1311,11 @@ fn warn_mode_policies_warn_and_change_nothing_while_enforced_ones_deny() {
     let reloaded = app
         .reviewer()
         .policies()
-        .reload_if_changed(&host, app.reviewer().metrics(), &mut Default::default())
+        .reload_if_changed(
+            &host,
+            app.reviewer().metrics().as_ref(),
+            &mut Default::default(),
+        )
         .expect("reloads");
     assert!(reloaded);
     let response = answer(&app, Endpoint::Validate, &control_plane);
@@ -1372,10 +1378,10 @@ fn a_failing_warn_mode_policy_denies_nothing_and_skips_no_enforced_check() {
 
 #[test]
 fn flags_given_to_serve_still_win_after_a_reload() {
-    use nicpolicy::webhook::config::Overrides;
+    use nicpolicy::served::config::Overrides;
+    use nicpolicy::served::ReloadState;
+    use nicpolicy::served::{Served, ServedPolicies};
     use nicpolicy::webhook::metrics::Metrics;
-    use nicpolicy::webhook::policies::ReloadState;
-    use nicpolicy::webhook::{Served, ServedPolicies};
 
     let dir = scratch("reload-overrides");
     let write = |timeout: &str| {

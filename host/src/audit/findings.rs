@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
 use crate::chain::{ChainEvaluation, PolicyChain};
+use crate::clusters::ClusterGroup;
 use crate::lifecycle::judge;
 use crate::vcd::Drift;
-use crate::webhook::clusters::ClusterGroup;
 
 /// What a machine came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -196,7 +196,7 @@ mod tests {
 
     use super::*;
     use crate::mode::AUDIT_PREFIX;
-    use crate::webhook::{ServeConfig, Served};
+    use crate::served::{ServeConfig, Served};
     use crate::{Host, HostConfig};
 
     #[test]

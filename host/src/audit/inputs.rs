@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cases::{self, CaseError};
+use crate::clusters::{cluster_name_of, namespace_of, ClusterGroup, StaticClusters};
 use crate::manifest::{ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS};
-use crate::webhook::clusters::{cluster_name_of, namespace_of, ClusterGroup, StaticClusters};
 
 /// The kinds audited.
 pub const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];

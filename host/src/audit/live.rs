@@ -9,8 +9,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
+use crate::clusters::namespace_of;
 use crate::manifest::{ManifestFile, Object, CAPVCD_GROUP};
-use crate::webhook::clusters::namespace_of;
 
 /// Objects per list call: large lists come in pages, as kubectl fetches them.
 const PAGE: u32 = 500;

@@ -14,6 +14,8 @@
 
 pub mod findings;
 pub mod inputs;
+// The live reader is the one part of the audit that talks to the Kubernetes API.
+#[cfg(feature = "webhook")]
 pub mod live;
 pub mod shadow;
 pub mod summary;

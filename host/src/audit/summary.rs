@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::findings::{Finding, Verdict};
 use super::shadow::Change;
-use crate::webhook::clusters::ClusterGroup;
+use crate::clusters::ClusterGroup;
 
 /// Totals over a set of findings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

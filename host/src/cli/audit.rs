@@ -11,7 +11,6 @@ use anyhow::Context;
 use nicpolicy::audit::summary::by_cluster;
 use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
 use nicpolicy::manifest::{self, ManifestFile};
-use nicpolicy::plugin::Inventory;
 use nicpolicy::PolicyChain;
 
 use nicpolicy::cases::junit::xml_escape;
@@ -20,7 +19,7 @@ use nicpolicy::PolicySource;
 use super::policy_args::{
     load_chain, parse_policy_source, policy_specs, PolicyArgs, Positions, ProvisionerArgs,
 };
-use super::render::{render_decision, table};
+use super::render::table;
 use super::{usage, Failure, Format};
 
 #[derive(clap::Args)]
@@ -284,70 +283,7 @@ fn live_files(args: &AuditArgs) -> anyhow::Result<(Vec<ManifestFile>, Vec<String
     })
 }
 
-/// `nicpolicy eval` of a file with several machines: each against its own cluster in `files`,
-/// one block each (or one list item each) and a summary line.
-pub fn eval_many(
-    machine_file: ManifestFile,
-    cluster_file: Option<ManifestFile>,
-    inventory: Option<Inventory>,
-    chain: &PolicyChain,
-    output: Format,
-) -> Result<u8, Failure> {
-    let machines = machine_file.path.clone();
-    let mut inputs = Inputs::from_files(vec![machine_file]);
-    if let Some(file) = cluster_file {
-        if file.path != machines {
-            inputs.add(file);
-        }
-    }
-    let subjects: Vec<_> = inputs
-        .subjects(inventory.as_ref())
-        .into_iter()
-        .filter(|s| {
-            s.object
-                .source
-                .as_deref()
-                .is_some_and(|src| src.starts_with(&machines.display().to_string()))
-        })
-        .collect();
-    let findings = evaluate_all(subjects, chain, None);
-    let summary = Summary::of(&findings);
-    let text = match output {
-        Format::Table => {
-            let blocks: Vec<String> = findings
-                .iter()
-                .map(|finding| finding_block(chain, finding))
-                .collect();
-            format!("{}\n{}\n", blocks.join("\n"), summary.line())
-        }
-        Format::Json => serde_json::to_string_pretty(&findings).map_err(usage)? + "\n",
-        Format::Yaml => serde_yaml_ng::to_string(&findings).map_err(usage)?,
-    };
-    super::out::print(&text)?;
-    Ok(summary.exit_code())
-}
-
-/// One machine as `nicpolicy eval` prints it; machines without a decision say why.
-fn finding_block(chain: &PolicyChain, finding: &Finding) -> String {
-    if let (Some(request), Some(decision)) = (&finding.request, &finding.decision) {
-        return render_decision(request, chain, decision, &finding.unapplied);
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "Machine:   {}", finding.object);
-    if let Some(cluster) = &finding.cluster {
-        let _ = writeln!(out, "Cluster:   {}", cluster.name);
-    }
-    let message = finding.message.as_deref().unwrap_or("");
-    let _ = match finding.result {
-        // The message says "not checked: why".
-        Verdict::Skipped => writeln!(out, "Decision:  {message}"),
-        Verdict::Failed => writeln!(out, "Decision:  policy failed: {message}"),
-        _ => writeln!(out, "Decision:  not evaluated: {message}"),
-    };
-    out
-}
-
-fn cluster_title(group: Option<&nicpolicy::webhook::clusters::ClusterGroup>) -> String {
+fn cluster_title(group: Option<&nicpolicy::clusters::ClusterGroup>) -> String {
     match group {
         Some(g) => format!("{} {}/{}", g.kind, g.namespace, g.name),
         None => "(no cluster found)".to_string(),

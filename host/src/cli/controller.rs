@@ -9,7 +9,7 @@ use nicpolicy::controller::lease::LeaseConfig;
 use nicpolicy::controller::report::Bounds;
 use nicpolicy::controller::{self, Options};
 
-use super::serve::{host_for, init_logging, read_config, LogArgs};
+use super::common::{host_for, init_logging, read_config, shutdown_signal, LogArgs};
 use super::{runtime, usage, Failure};
 
 #[derive(clap::Args)]
@@ -113,17 +113,12 @@ pub fn run(args: ControllerArgs) -> Result<u8, Failure> {
             .context("no Kubernetes API to watch (in-cluster configuration or kubeconfig)")
             .map_err(usage)?;
         tracing::info!(listen = %options.listen, "nicpolicy controller starting");
-        controller::run(
-            client,
-            host,
-            options,
-            nicpolicy::webhook::server::shutdown_signal(),
-        )
-        .await
-        .map_err(|err| match err {
-            controller::ControllerError::Load { .. } => usage(err),
-            other => runtime(other),
-        })?;
+        controller::run(client, host, options, shutdown_signal())
+            .await
+            .map_err(|err| match err {
+                controller::ControllerError::Load { .. } => usage(err),
+                other => runtime(other),
+            })?;
         Ok(0)
     })
 }

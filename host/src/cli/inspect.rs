@@ -87,10 +87,9 @@ fn info_json(info: &ModuleInfo, problem: Option<&str>) -> serde_json::Value {
         "size": info.size,
         "abi": info.abi().to_string(),
         "metadata": info.metadata,
-        "kubewarden": info
-            .kubewarden
+        "kubewarden": kubewarden::metadata(info)
+            .and_then(Result::ok)
             .as_ref()
-            .and_then(|m| m.as_ref().ok())
             .map(kubewarden::metadata_json),
         "imports": items(&info.imports),
         "exports": items(&info.exports),
@@ -121,7 +120,7 @@ fn render_info(label: &str, info: &ModuleInfo, problem: Option<&str>) -> String 
     if abi == ModuleAbi::NicpolicyV1 {
         let _ = writeln!(out, "Requests:     {}", request_formats(info).join(", "));
     }
-    match (&info.metadata, &info.kubewarden) {
+    match (&info.metadata, &kubewarden::metadata(info)) {
         (_, Some(Ok(meta))) => render_kubewarden(&mut out, meta),
         (_, Some(Err(err))) => {
             let _ = writeln!(out, "Metadata:     {err}");

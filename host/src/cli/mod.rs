@@ -2,11 +2,13 @@
 //! error type that carries an exit code.
 
 pub mod audit;
+pub mod common;
 pub mod controller;
 pub mod eval;
 pub mod export;
 pub mod inspect;
 pub mod log_writer;
+pub mod machine;
 pub mod out;
 pub mod playground;
 pub mod policy_args;

@@ -10,7 +10,7 @@ use nicpolicy::network_config::{self, BootstrapVersion};
 use nicpolicy::plugin::provisioner::Provisioner;
 use nicpolicy::vcd;
 
-use super::eval::{Judged, MachineArgs};
+use super::machine::{Judged, MachineArgs};
 use super::policy_args::Positions;
 use super::{usage, Failure};
 use crate::exit;

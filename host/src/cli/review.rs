@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
+use nicpolicy::clusters::StaticClusters;
 use nicpolicy::plugin::ObjectKind;
-use nicpolicy::webhook::config::{ClusterSourceConfig, ServeConfig};
-use nicpolicy::webhook::{App, Endpoint, StaticClusters};
+use nicpolicy::served::config::{ClusterSourceConfig, ServeConfig};
+use nicpolicy::webhook::{App, Endpoint};
 use serde_json::Value;
 
-use super::serve::{host_for, read_config};
+use super::common::{host_for, read_config};
 use super::{runtime, usage, Failure};
 use crate::exit;
 

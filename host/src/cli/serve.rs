@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::ValueEnum;
-use nicpolicy::compiler::CompilerProcess;
-use nicpolicy::webhook::config::{ClusterSourceConfig, Overrides, ServeConfig, TlsFiles};
-use nicpolicy::webhook::{server, tls, App, ClusterSource, KubeClusters, Server, StaticClusters};
-use nicpolicy::{Host, HostConfig};
+use nicpolicy::clusters::live::KubeClusters;
+use nicpolicy::clusters::{ClusterSource, StaticClusters};
+use nicpolicy::served::config::{ClusterSourceConfig, Overrides, ServeConfig, TlsFiles};
+use nicpolicy::webhook::{tls, App, Server};
 
+use super::common::{host_for, init_logging, read_config, shutdown_signal, LogArgs};
 use super::{runtime, usage, Failure};
 
 /// How long in-flight reviews may take to finish after SIGTERM.
@@ -54,78 +54,6 @@ pub struct ServeArgs {
     bench_stages: bool,
     #[command(flatten)]
     logging: LogArgs,
-}
-
-#[derive(clap::Args)]
-pub struct LogArgs {
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// Log filter, like info or nicpolicy=debug (RUST_LOG works too).
-    #[arg(long, value_name = "FILTER", default_value = "info")]
-    log_level: String,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-pub(super) fn init_logging(args: &LogArgs) -> Result<()> {
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log_level.clone());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .with_context(|| format!("--log-level {filter:?}"))?;
-    // Colour codes only on a terminal: in a pod's log they are noise, and a log line must not
-    // carry escape sequences.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
-    let result = match args.log_format {
-        LogFormat::Json => builder
-            .with_writer(std::io::stderr)
-            .json()
-            .flatten_event(true)
-            .try_init(),
-        // Request data in a text line is written escaped (super::log_writer).
-        LogFormat::Text => builder
-            .with_writer(super::log_writer::EscapingStderr { ansi })
-            .try_init(),
-    };
-    result.map_err(|err| anyhow!("cannot set up logging: {err}"))
-}
-
-pub(super) fn read_config(path: Option<&PathBuf>) -> Result<ServeConfig> {
-    match path {
-        Some(path) => Ok(ServeConfig::read(path)?),
-        None => Ok(ServeConfig::builtin_default()),
-    }
-}
-
-/// One engine sized for the configuration: enough pool slots for every evaluation slot plus
-/// reloads, and the largest memory cap any policy has. Failing to start it is a run-time
-/// failure (exit code 3), as in `eval`.
-pub(super) fn host_for(config: &ServeConfig) -> Result<Host, Failure> {
-    let largest = config
-        .policies
-        .values()
-        .flatten()
-        .map(|p| p.spec.limits.memory_bytes)
-        .max()
-        .unwrap_or(0);
-    let mut host = HostConfig::default();
-    host.max_memory_bytes = host.max_memory_bytes.max(largest);
-    host.max_instances = u32::try_from(config.workers * 2 + 8).unwrap_or(u32::MAX);
-    // Every compile in a child process of this binary, killed at the time limit, its data
-    // limited: no module can take the server's memory or keep a core after its answer.
-    host.compile_timeout = config.compile.timeout;
-    host.compile_bounds = config.compile.bounds;
-    host.compiler = Some(
-        CompilerProcess::this_program(&[crate::COMPILE_MODULE], config.compile.memory_bytes)
-            .map_err(|err| runtime(anyhow!("cannot find this program to compile in: {err}")))?,
-    );
-    Host::new(host).map_err(runtime)
 }
 
 /// `nicpolicy serve`, until SIGTERM or Ctrl-C. What stops it before it listens is bad usage or
@@ -191,7 +119,7 @@ async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
         tracing::info!(kind = kind.as_str(), policies = %chain.name(), "serving");
     }
     tracing::info!(address = %server.local_addr(), config = %config_label, "listening (HTTPS)");
-    server::shutdown_signal().await;
+    shutdown_signal().await;
     tracing::info!("shutting down: finishing reviews in flight");
     server.shutdown(SHUTDOWN_GRACE);
     server.wait().await.map_err(runtime)?;

@@ -42,9 +42,9 @@ use nicpolicy_plugin::ObjectKind;
 use tokio::sync::{watch, Notify};
 
 use crate::audit::{self, live, Chains, Finding, Inputs, Summary};
-use crate::webhook::config::{ClusterSourceConfig, ServeConfig};
-use crate::webhook::policies::{Served, ServedPolicies};
-use crate::webhook::ServeLoadError;
+use crate::served::config::{ClusterSourceConfig, ServeConfig};
+use crate::served::ServeLoadError;
+use crate::served::{Served, ServedPolicies};
 use crate::{Host, PolicyChain};
 
 use self::events::EventGate;
@@ -320,13 +320,9 @@ pub async fn run(
     .flatten()
     {
         if let Some(interval) = interval {
-            // Reloads are counted by the webhook's metrics type; the controller tells them by
-            // `nicpolicy_controller_policy_generation` and the log.
-            let _ = policies.watch(
-                host.clone(),
-                Arc::new(crate::webhook::metrics::Metrics::new()),
-                interval,
-            );
+            // The controller tells reloads by `nicpolicy_controller_policy_generation` and the
+            // log, so it observes nothing more.
+            let _ = policies.watch(host.clone(), Arc::new(()), interval);
         }
     }
 

@@ -405,7 +405,7 @@ mod tests {
         let findings: Vec<Finding> = (0..1000)
             .map(|i| {
                 let mut f = finding(&format!("prod-eu1-md-0-{i:04}-{}", "n".repeat(200)), 1);
-                f.cluster = Some(crate::webhook::clusters::ClusterGroup {
+                f.cluster = Some(crate::clusters::ClusterGroup {
                     kind: "Cluster",
                     namespace: long.clone(),
                     name: long.clone(),

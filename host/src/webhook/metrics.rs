@@ -257,6 +257,12 @@ impl Metrics {
     }
 }
 
+impl crate::served::ReloadObserver for Metrics {
+    fn reloaded(&self, success: bool) {
+        self.reload(success);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

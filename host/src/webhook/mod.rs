@@ -3,9 +3,10 @@
 //! and the answer is a JSON patch (defaulting) or an allow / deny with field causes
 //! (validation).
 //!
-//! - [`config`]: the configuration file.
-//! - [`policies`]: the policies it serves, one consistent snapshot per review, hot reload.
-//! - [`clusters`]: finding a machine's VCDCluster ([`ClusterSource`]: files or watch caches).
+//! The configuration file, the policies served (one consistent snapshot per review) and their
+//! hot reload are [`crate::served`]'s; finding a machine's VCDCluster is [`crate::clusters`]'
+//! (files or watch caches). This module is the HTTP adapter over them:
+//!
 //! - [`review`]: one AdmissionReview in, one out (usable without a server: `nicpolicy review`);
 //!   [`admission`] holds the AdmissionReview wire format, [`patch`] the JSON patch of the
 //!   mutating endpoint.
@@ -17,7 +18,9 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use nicpolicy::webhook::{App, Server, ServeConfig, StaticClusters};
+//! use nicpolicy::clusters::StaticClusters;
+//! use nicpolicy::served::ServeConfig;
+//! use nicpolicy::webhook::{App, Server};
 //! use nicpolicy::{Host, HostConfig};
 //!
 //! # async fn run() -> anyhow::Result<()> {
@@ -27,7 +30,7 @@
 //! let tls = nicpolicy::webhook::tls::SelfSigned::generate(&[])?.rustls().await?;
 //! let listener = std::net::TcpListener::bind("127.0.0.1:9443")?;
 //! let server = Server::start(app, listener, tls)?;
-//! nicpolicy::webhook::server::shutdown_signal().await;
+//! tokio::signal::ctrl_c().await?;
 //! server.shutdown(std::time::Duration::from_secs(30));
 //! server.wait().await?;
 //! # Ok(())
@@ -36,13 +39,10 @@
 //! ```
 
 pub mod admission;
-pub mod clusters;
-pub mod config;
 pub mod connections;
 mod inline;
 pub mod metrics;
 pub mod patch;
-pub mod policies;
 pub mod review;
 pub mod server;
 pub mod stage_log;
@@ -50,9 +50,6 @@ pub mod tls;
 mod warned;
 
 pub use admission::Answer;
-pub use clusters::{ClusterSource, KubeClusters, LookupError, StaticClusters};
-pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 pub use patch::NIC_PLAN_ANNOTATION;
-pub use policies::{ServeLoadError, Served, ServedPolicies};
 pub use review::{Deferred, Endpoint, NativeEvaluator, OnWorker, Reviewer};
 pub use server::{App, Server};

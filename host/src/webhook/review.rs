@@ -22,13 +22,13 @@ use super::admission::{
     allow, deleting, deny, failure_answer, fill_metadata, finish, invalid, invalid_status,
     read_review, review_request, Answer,
 };
-use super::clusters::{cluster_name_of, ClusterSource, LookupError};
-use super::config::{FailureMode, UnknownClusterMode};
 use super::inline::InlineGate;
 use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
-use super::policies::{Served, ServedPolicies};
 use super::warned;
+use crate::clusters::{cluster_name_of, ClusterSource, LookupError};
+use crate::served::config::{FailureMode, UnknownClusterMode};
+use crate::served::{Served, ServedPolicies};
 use crate::{Budget, ChainError, ChainEvaluation, PolicyChain};
 use nicpolicy_plugin::objects::{machine_from_object, same_cluster, CAPVCD_GROUP};
 

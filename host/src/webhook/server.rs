@@ -17,17 +17,17 @@ use axum_server::Handle;
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
-use super::clusters::ClusterSource;
+use crate::clusters::ClusterSource;
 use nicpolicy_plugin::ObjectKind;
 
 use super::admission::{too_large_answer, Answer};
-use super::config::{Connections, ServeConfig};
 use super::connections::{self, BodyBudget, ConnectionLimit, Taken};
 use super::metrics::Metrics;
-use super::policies::{ServeLoadError, Served, ServedPolicies};
 use super::review::OnWorker;
 use super::review::{Endpoint, NativeEvaluator, Reviewer};
 use super::stage_log::StageLog;
+use crate::served::config::{Connections, ServeConfig};
+use crate::served::{ServeLoadError, Served, ServedPolicies};
 use crate::{stages, Host};
 
 /// Everything the routes share.
@@ -523,27 +523,5 @@ impl Server {
             Ok(result) => result,
             Err(err) => Err(std::io::Error::other(err)),
         }
-    }
-}
-
-/// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
     }
 }

@@ -9,8 +9,8 @@ use axum_server::tls_rustls::RustlsConfig;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use sha2::{Digest, Sha256};
 
-use super::config::TlsFiles;
 use super::metrics::{Metrics, ResultLabels};
+use crate::served::config::TlsFiles;
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use nicpolicy::clusters::StaticClusters;
 use nicpolicy::plugin::ObjectKind;
-use nicpolicy::webhook::{App, Endpoint, Reviewer, ServeConfig, StaticClusters};
+use nicpolicy::served::ServeConfig;
+use nicpolicy::webhook::{App, Endpoint, Reviewer};
 use nicpolicy::{Host, HostConfig};
 
 /// The load generator's mix (host/benches/webhook_load.rs): (endpoint, kind, fixture).

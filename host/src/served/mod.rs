@@ -1,9 +1,14 @@
-//! The policies a webhook serves, loaded from its configuration, and their hot reload.
+//! The served policy set: the configuration file ([`config`]), the policies and inventory it
+//! names loaded into one [`Served`] snapshot, and their hot reload. The webhook, the controller
+//! and the CLI's `review` all serve through it; it knows nothing of HTTP or the Kubernetes API.
 //!
 //! A review reads one [`Served`] snapshot for its whole life, so every answer comes from exactly
 //! one configuration. A reload compiles, ABI-checks and validates the settings of every policy
 //! *before* it swaps the snapshot; a configuration that fails any of that is reported (log and
-//! `nicpolicy_policy_load_failures_total`) and the previous snapshot keeps serving.
+//! the [`ReloadObserver`], which the webhook's metrics are) and the previous snapshot keeps
+//! serving.
+
+pub mod config;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,12 +18,11 @@ use std::time::Duration;
 use nicpolicy_plugin::{Inventory, ObjectKind};
 use sha2::{Digest, Sha256};
 
-use super::config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
-use super::metrics::Metrics;
 use crate::error::LoadError;
 use crate::manifest::{self, ManifestError};
 use crate::spec::{ChainLoader, PolicySpec};
 use crate::{Host, PolicyChain};
+pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +156,17 @@ impl Fingerprint {
     }
 }
 
+/// Told the outcome of every reload that found changed files: the webhook counts them
+/// (`nicpolicy_policy_reloads_total`); `()` ignores them.
+pub trait ReloadObserver: Send + Sync {
+    /// A changed configuration was loaded and swapped in (`true`) or refused (`false`).
+    fn reloaded(&self, success: bool);
+}
+
+impl ReloadObserver for () {
+    fn reloaded(&self, _success: bool) {}
+}
+
 /// What the reload watcher remembers between checks.
 #[derive(Debug, Default)]
 pub struct ReloadState {
@@ -193,7 +208,7 @@ impl ServedPolicies {
     pub fn reload_if_changed(
         &self,
         host: &Host,
-        metrics: &Metrics,
+        observer: &dyn ReloadObserver,
         state: &mut ReloadState,
     ) -> Result<bool, ServeLoadError> {
         let current = self.get();
@@ -217,13 +232,13 @@ impl ServedPolicies {
                 let generation = served.generation;
                 self.swap(served);
                 state.refused = None;
-                metrics.reload(true);
+                observer.reloaded(true);
                 tracing::info!(generation, "configuration reloaded");
                 Ok(true)
             }
             Err(err) => {
                 state.refused = Some(now);
-                metrics.reload(false);
+                observer.reloaded(false);
                 tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
                 Err(err)
             }
@@ -235,7 +250,7 @@ impl ServedPolicies {
     pub fn watch(
         self: &Arc<Self>,
         host: Host,
-        metrics: Arc<Metrics>,
+        observer: Arc<dyn ReloadObserver>,
         interval: Duration,
     ) -> std::io::Result<()> {
         let weak: Weak<ServedPolicies> = Arc::downgrade(self);
@@ -249,7 +264,7 @@ impl ServedPolicies {
                         break;
                     };
                     // Errors are logged and counted inside; the old snapshot keeps serving.
-                    let _ = policies.reload_if_changed(&host, &metrics, &mut state);
+                    let _ = policies.reload_if_changed(&host, observer.as_ref(), &mut state);
                 }
             })
             .map(drop)

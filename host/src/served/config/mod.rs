@@ -98,7 +98,7 @@ pub const DEFAULTS: Defaults = Defaults {
 };
 
 /// The `connections` section: what clients may hold of the server (see
-/// [`super::connections`] and docs/deploy.md).
+/// the webhook's `connections` module and docs/deploy.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Connections {
     /// `max`: connections open at once; more are closed when accepted.
@@ -294,6 +294,7 @@ impl ServeConfig {
 
     /// The configuration used without a file: the built-in CAPVCD policy for both kinds,
     /// clusters from the Kubernetes API, failures denied.
+    #[cfg(feature = "builtin")]
     pub fn builtin_default() -> ServeConfig {
         let capvcd = |kind: ObjectKind| PolicyConfig {
             spec: PolicySpec {

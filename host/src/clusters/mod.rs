@@ -2,25 +2,21 @@
 //! `cluster.x-k8s.io/cluster-name` label (or, for a template, its owner Cluster) names the
 //! `Cluster`, whose `spec.infrastructureRef` names the VCDCluster in the same namespace.
 //!
-//! Two sources implement [`ClusterSource`]: [`StaticClusters`] (manifest files, for offline use
-//! and tests) and [`KubeClusters`] (watch-fed caches of the API server's objects, so a review
-//! never waits on an API call).
+//! Two sources implement [`ClusterSource`]: [`StaticClusters`] here (manifest files, for
+//! offline use and tests; no Kubernetes client) and [`live::KubeClusters`] (feature `webhook`:
+//! watch-fed caches of the API server's objects, so a review never waits on an API call).
+
+#[cfg(feature = "webhook")]
+pub mod live;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use nicpolicy_plugin::Cluster;
 use serde_json::Value;
 
 pub use nicpolicy_plugin::objects::cluster_name_of;
-use nicpolicy_plugin::objects::{self, cluster_from_object, CAPVCD_GROUP};
+use nicpolicy_plugin::objects::{self, cluster_from_object};
 
 use crate::manifest::{ManifestError, ManifestFile};
 
@@ -66,12 +62,12 @@ pub trait ClusterSource: Send + Sync {
 }
 
 /// The VCDCluster a Cluster object points at (see [`objects::infrastructure_ref`]).
-fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> {
+pub(crate) fn infrastructure_ref(cluster: &Value, at: &str) -> Result<String, LookupError> {
     objects::infrastructure_ref(cluster, at).map_err(LookupError::Invalid)
 }
 
 /// Reads a VCDCluster object into the schema's [`Cluster`]; `label` names it in errors.
-fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError> {
+pub(crate) fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, LookupError> {
     cluster_from_object(object).map_err(|err| LookupError::Invalid(format!("{label}: {err}")))
 }
 
@@ -418,122 +414,6 @@ impl ClusterSource for StaticClusters {
                 })
             })?;
         read_vcd_cluster(vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
-    }
-}
-
-/// Watch-fed caches of Cluster and VCDCluster objects (kube-rs reflectors).
-pub struct KubeClusters {
-    clusters: Store<DynamicObject>,
-    vcd_clusters: Store<DynamicObject>,
-    cluster_resource: ApiResource,
-    vcd_resource: ApiResource,
-    ready: Arc<AtomicBool>,
-}
-
-impl KubeClusters {
-    /// Starts watching both kinds in every namespace. Must be called inside a Tokio runtime;
-    /// the watches run until the process ends, backing off and relisting on errors.
-    pub fn start(client: kube::Client, cluster_api_version: &str) -> KubeClusters {
-        let cluster_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", cluster_api_version, "Cluster"),
-            "clusters",
-        );
-        let vcd_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", "VCDCluster"),
-            "vcdclusters",
-        );
-        let ready = Arc::new(AtomicBool::new(false));
-        let clusters = watch(client.clone(), &cluster_resource);
-        let vcd_clusters = watch(client, &vcd_resource);
-        let (a, b, flag) = (clusters.clone(), vcd_clusters.clone(), ready.clone());
-        tokio::spawn(async move {
-            let (first, second) = futures::join!(a.wait_until_ready(), b.wait_until_ready());
-            if first.is_ok() && second.is_ok() {
-                flag.store(true, Ordering::Release);
-                tracing::info!("cluster caches synced");
-            }
-        });
-        KubeClusters {
-            clusters,
-            vcd_clusters,
-            cluster_resource,
-            vcd_resource,
-            ready,
-        }
-    }
-}
-
-fn watch(client: kube::Client, resource: &ApiResource) -> Store<DynamicObject> {
-    let api: Api<DynamicObject> = Api::all_with(client, resource);
-    let writer = reflector::store::Writer::new(resource.clone());
-    let reader = writer.as_reader();
-    let kind = resource.kind.clone();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(err) = event {
-                tracing::warn!(kind = %kind, error = %err, "watch error; retrying");
-            }
-        }
-    });
-    reader
-}
-
-impl ClusterSource for KubeClusters {
-    fn vcd_cluster(&self, namespace: &str, cluster_name: &str) -> Result<Cluster, LookupError> {
-        if !self.ready() {
-            return Err(LookupError::NotReady);
-        }
-        let key =
-            ObjectRef::new_with(cluster_name, self.cluster_resource.clone()).within(namespace);
-        let cluster = self.clusters.get(&key).ok_or_else(|| {
-            LookupError::NotFound(format!(
-                "no Cluster {namespace}/{cluster_name} (cluster.x-k8s.io/{})",
-                self.cluster_resource.version
-            ))
-        })?;
-        let cluster = serde_json::to_value(cluster.as_ref()).map_err(|err| {
-            LookupError::Invalid(format!("Cluster {namespace}/{cluster_name}: {err}"))
-        })?;
-        let vcd_name =
-            infrastructure_ref(&cluster, &format!("Cluster {namespace}/{cluster_name}"))?;
-        let key = ObjectRef::new_with(&vcd_name, self.vcd_resource.clone()).within(namespace);
-        let vcd = self.vcd_clusters.get(&key).ok_or_else(|| {
-            LookupError::NotFound(format!(
-                "Cluster {namespace}/{cluster_name} points at VCDCluster {vcd_name}, which does not exist"
-            ))
-        })?;
-        let mut vcd = serde_json::to_value(vcd.as_ref()).map_err(|err| {
-            LookupError::Invalid(format!("VCDCluster {namespace}/{vcd_name}: {err}"))
-        })?;
-        // Objects served by the API carry their version; make sure the reader sees it.
-        if let Some(map) = vcd.as_object_mut() {
-            map.entry("apiVersion")
-                .or_insert_with(|| Value::String(self.vcd_resource.api_version.clone()));
-            map.entry("kind")
-                .or_insert_with(|| Value::String("VCDCluster".to_string()));
-        }
-        read_vcd_cluster(&vcd, &format!("VCDCluster {namespace}/{vcd_name}"))
-    }
-
-    fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-    }
-
-    fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .vcd_clusters
-            .state()
-            .iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-            .filter_map(|o| o.metadata.name.clone())
-            .collect();
-        names.sort();
-        names
     }
 }
 
