@@ -48,6 +48,19 @@ site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
   "$nicpolicy_bin" test --policy "$site_wasm" cases/
 )
 
+# `nicpolicy new` as a stranger runs it: a policy crate written into an empty temporary
+# directory, outside this repository, built and tested with the commands it prints (its SDK is
+# this clone's plugin/; its target directory is the starter's, so the dependencies build once).
+new_dir=$(mktemp -d)
+"$nicpolicy_bin" new dmz-guard --path "$new_dir" --sdk-path "$PWD/plugin"
+(
+  cd "$new_dir/dmz-guard"
+  CARGO_TARGET_DIR="$site_target" cargo test
+  CARGO_TARGET_DIR="$site_target" cargo build --release --target wasm32-unknown-unknown
+  "$nicpolicy_bin" test --policy "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" cases/
+)
+rm -rf "$new_dir"
+
 # The guest network config of the worked example, converted by Debian's cloud-init to netplan
 # and systemd-networkd and checked: one default route, on the primary NIC (docs/plan-to-vm.md).
 NICPOLICY_BIN="$nicpolicy" tests/guest/run.sh

@@ -7,7 +7,9 @@
 //!   policy), the policies after it see that list as `request.machine.extraOvdcNetworks`, as the
 //!   API server would after a mutating webhook.
 //! - **`allowed`** only if every policy allows; **`strict`** if any policy's decision is.
-//! - **`violations` and `warnings`**: every policy's, in chain order. In a chain of two or more
+//! - **`violations` and `warnings`**: every policy's; warnings in chain order, violations in
+//!   field order ([`nicpolicy_plugin::Decision::sort_violations`]: by field path, indices as
+//!   numbers; one field's in chain order). In a chain of two or more
 //!   policies each message is prefixed with the name of the policy that made it, in brackets:
 //!   `[nic-limit] 5 NICs requested ...`. The `field` and `reason` of a violation are never
 //!   changed, so field paths stay machine-readable. A chain of one policy passes its decision
@@ -415,6 +417,9 @@ impl PolicyChain {
                 provisioner::report(provisioner, on_unapplied, request, &mut combined)
             })
             .unwrap_or_default();
+        // Every policy's in one list, in field order (each policy's came sorted; a chain
+        // interleaves them).
+        combined.sort_violations();
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,
@@ -641,14 +646,15 @@ mod tests {
         let decision = &result.decision;
         assert!(!decision.allowed);
         assert_eq!(decision.violations.len(), 2, "{:?}", decision.violations);
-        let dmz_violation = &decision.violations[0];
+        // In field order: the list's own field before its entries, whichever policy ran first.
+        let dmz_violation = &decision.violations[1];
         assert_eq!(dmz_violation.field, "spec.extraOvdcNetworks[1]");
         assert_eq!(dmz_violation.reason, Reason::Forbidden);
         assert_eq!(
             dmz_violation.message,
             "[dmz-guard] workload-net is reserved for tenants"
         );
-        let capvcd_violation = &decision.violations[1];
+        let capvcd_violation = &decision.violations[0];
         assert_eq!(capvcd_violation.field, "spec.extraOvdcNetworks");
         assert_eq!(capvcd_violation.reason, Reason::TooMany);
         assert!(

@@ -361,12 +361,13 @@ mod tests {
         let judged = judge(&request, warn_mode_chain(false)).unwrap();
         assert!(judged.decision.allowed);
         let theirs = warned_decision(&judged);
-        // The new duplicate, and the CAPVCD rule on a provisioned machine's changed list.
+        // The CAPVCD rule on a provisioned machine's changed list, and the new duplicate (in
+        // field order).
         assert_eq!(
             testing::violation_fields(theirs),
             [
-                ("spec.extraOvdcNetworks[2]", Reason::Duplicate),
-                ("spec.extraOvdcNetworks", Reason::Forbidden)
+                ("spec.extraOvdcNetworks", Reason::Forbidden),
+                ("spec.extraOvdcNetworks[2]", Reason::Duplicate)
             ]
         );
         assert!(theirs.warnings[0].starts_with(PREEXISTING_PREFIX));

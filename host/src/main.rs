@@ -48,6 +48,9 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Start a site policy: write a crate with typed settings, one rule on top of the CAPVCD
+    /// rules, unit tests, case files and a CI workflow, and print how to build and test it.
+    New(cli::new::NewArgs),
     /// Serve the playground page: paste manifests, see every machine's NICs drawn and decided
     /// by the built-in policies, in the browser.
     Playground(cli::playground::PlaygroundArgs),
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::New(args) => cli::new::run(args),
         Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
         Command::Completion { shell } => {

@@ -345,6 +345,27 @@ impl ManifestFile {
         self.cluster_object(object)
     }
 
+    /// The VCDMachineTemplates that a KubeadmControlPlane of this file builds its machines from
+    /// (`spec.machineTemplate.infrastructureRef`), as (namespace, name): control-plane
+    /// templates, which clusterctl's output labels as neither.
+    pub fn control_plane_templates(&self) -> Vec<(String, String)> {
+        self.of_kinds(&["KubeadmControlPlane"])
+            .filter_map(|object| {
+                let reference = object
+                    .value
+                    .pointer("/spec/machineTemplate/infrastructureRef")?;
+                if reference.get("kind").and_then(Value::as_str) != Some("VCDMachineTemplate") {
+                    return None;
+                }
+                let name = reference.get("name").and_then(Value::as_str)?;
+                Some((
+                    namespace_or_default(&object.value).to_string(),
+                    name.to_string(),
+                ))
+            })
+            .collect()
+    }
+
     /// Reads `object` (a VCDCluster of this file) into the schema's cluster.
     pub fn cluster_object(&self, object: &Object) -> Result<Cluster, ManifestError> {
         cluster_from_object(&object.value).map_err(|err| self.object_error(object, err))
@@ -655,6 +676,37 @@ impl RequestFiles<'_> {
     }
 }
 
+/// An object's namespace, `default` when it names none (as the API server defaults it).
+pub fn namespace_or_default(object: &Value) -> &str {
+    object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default")
+}
+
+/// The one rule for a machine's role beyond its labels: a VCDMachineTemplate that a
+/// KubeadmControlPlane of `files` builds from is a control-plane template (clusterctl's output
+/// labels neither). `eval`, `audit`, the controller and the playground all apply it.
+pub fn mark_control_plane(machine: &mut Machine, kind: ObjectKind, files: &[&ManifestFile]) {
+    if kind != ObjectKind::VcdMachineTemplate {
+        return;
+    }
+    let namespace = if machine.namespace.is_empty() {
+        "default"
+    } else {
+        machine.namespace.as_str()
+    };
+    let named = files.iter().any(|file| {
+        file.control_plane_templates()
+            .iter()
+            .any(|(ns, name)| ns == namespace && *name == machine.name)
+    });
+    if named {
+        machine.role = nicpolicy_plugin::Role::ControlPlane;
+    }
+}
+
 /// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
 /// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
 /// file holds several. Without a cluster file the cluster is not known yet
@@ -666,7 +718,9 @@ pub fn build_request(
     old_file: Option<&ManifestFile>,
     inventory: Option<Inventory>,
 ) -> Result<Request, ManifestError> {
-    let (kind, machine) = machine_file.machine(machine_name)?;
+    let (kind, mut machine) = machine_file.machine(machine_name)?;
+    let files: Vec<&ManifestFile> = std::iter::once(machine_file).chain(cluster_file).collect();
+    mark_control_plane(&mut machine, kind, &files);
     let cluster_name = machine
         .labels
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)

@@ -1378,3 +1378,61 @@ fn completion_scripts_cover_the_commands() {
     }
     assert_eq!(nicpolicy(&["completion", "tcsh"]).status.code(), Some(2));
 }
+
+#[test]
+fn new_writes_a_policy_crate_and_refuses_to_overwrite_or_misname() {
+    let dir = std::env::temp_dir().join(format!("nicpolicy-new-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let sdk = workspace().join("plugin").to_string_lossy().into_owned();
+    let out = nicpolicy(&["new", "dmz-guard", "--path", &dir_arg, "--sdk-path", &sdk]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("release/dmz_guard.wasm cases/"),
+        "{}",
+        stdout(&out)
+    );
+    let crate_dir = dir.join("dmz-guard");
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(manifest.contains("name = \"dmz-guard\""), "{manifest}");
+    assert!(
+        manifest.contains("nicpolicy-plugin = { path = "),
+        "{manifest}"
+    );
+    for file in [
+        "src/lib.rs",
+        "cases/01-worker-may-use-the-dmz.yaml",
+        "fixtures/cluster.yaml",
+        "README.md",
+        ".github/workflows/policy.yml",
+    ] {
+        assert!(crate_dir.join(file).is_file(), "{file} missing");
+    }
+    // The case files load as nicpolicy test reads them (the policy is built in test.sh).
+    let loaded =
+        nicpolicy::cases::Case::load(&crate_dir.join("cases/02-control-plane-off-the-dmz.yaml"));
+    assert!(loaded.is_ok(), "{:?}", loaded.err());
+
+    let again = nicpolicy(&["new", "dmz-guard", "--path", &dir_arg]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("already exists and is not empty"),
+        "{}",
+        stderr(&again)
+    );
+    let bad = nicpolicy(&["new", "DMZ_guard", "--path", &dir_arg]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("is not a policy name"),
+        "{}",
+        stderr(&bad)
+    );
+    let no_sdk = nicpolicy(&["new", "other", "--path", &dir_arg, "--sdk-path", &dir_arg]);
+    assert_eq!(no_sdk.status.code(), Some(2));
+    assert!(
+        stderr(&no_sdk).contains("no Cargo.toml there"),
+        "{}",
+        stderr(&no_sdk)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

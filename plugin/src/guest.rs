@@ -106,7 +106,9 @@ fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) ->
     match request {
         Ok(request) => {
             stage_mark(STAGE_DECODED);
-            let decision = policy(&request);
+            let mut decision = policy(&request);
+            // Whatever order the rules ran in, violations go out in field order.
+            decision.sort_violations();
             stage_mark(STAGE_DECIDED);
             EvaluateOutput::Decision(decision)
         }

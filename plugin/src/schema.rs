@@ -466,6 +466,51 @@ impl Decision {
         self.allowed = self.violations.is_empty();
         self
     }
+
+    /// Orders the violations by field path, indices as numbers (`[1]` before `[2]`, `[2]`
+    /// before `[10]`); violations of one field keep their order. The SDK's glue calls it on
+    /// every policy's decision and a chain on the combined one, so the CLI, the webhook, the
+    /// reports and the page list them alike, whatever order the rules ran in.
+    pub fn sort_violations(&mut self) {
+        self.violations
+            .sort_by(|a, b| field_order(&a.field, &b.field));
+    }
+}
+
+/// Compares two field paths as [`Decision::sort_violations`] orders them: runs of digits as
+/// numbers, everything else as text.
+pub fn field_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn runs(path: &str) -> impl Iterator<Item = (bool, &str)> {
+        let mut rest = path;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digits = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digits)
+                .unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(end);
+            rest = tail;
+            Some((digits, run))
+        })
+    }
+    let mut left = runs(a);
+    let mut right = runs(b);
+    loop {
+        let order = match (left.next(), right.next()) {
+            (None, None) => return std::cmp::Ordering::Equal,
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            // Numbers by value (leading zeros aside: by length, then digits).
+            (Some((true, x)), Some((true, y))) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+            }
+            (Some((_, x)), Some((_, y))) => x.cmp(y),
+        };
+        if order != std::cmp::Ordering::Equal {
+            return order;
+        }
+    }
 }
 
 /// One network card of the planned VM, as Cloud Director's `NetworkConnection` holds it.
@@ -696,7 +741,7 @@ pub enum EvaluateOutput {
 
 #[cfg(test)]
 mod tests {
-    use super::Reason;
+    use super::{Decision, Reason, Violation};
 
     #[test]
     fn a_reasons_name_is_its_serialised_form() {
@@ -704,5 +749,38 @@ mod tests {
             let json = serde_json::to_value(reason).expect("serialises");
             assert_eq!(json, reason.as_str(), "{reason:?}");
         }
+    }
+
+    #[test]
+    fn violations_are_ordered_by_field_path_with_indices_as_numbers() {
+        let v = |field: &str, message: &str| Violation::new(field, Reason::Invalid, message);
+        let mut decision = Decision::from_violations(vec![
+            v("spec.extraOvdcNetworks[10]", ""),
+            v("spec.failureDomain", ""),
+            v("spec.extraOvdcNetworks[2]", ""),
+            v("spec.extraOvdcNetworks[1]", "first at [1]"),
+            v("spec.extraOvdcNetworks", ""),
+            v("spec.extraOvdcNetworks[1]", "second at [1]"),
+        ]);
+        decision.sort_violations();
+        let fields: Vec<&str> = decision
+            .violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.extraOvdcNetworks",
+                "spec.extraOvdcNetworks[1]",
+                "spec.extraOvdcNetworks[1]",
+                "spec.extraOvdcNetworks[2]",
+                "spec.extraOvdcNetworks[10]",
+                "spec.failureDomain"
+            ]
+        );
+        // Stable: the two at [1] keep the order the rules gave them.
+        assert_eq!(decision.violations[1].message, "first at [1]");
+        assert_eq!(decision.violations[2].message, "second at [1]");
     }
 }

@@ -118,10 +118,13 @@ pub fn evaluate<S: PolicySettings>(
     request: &Request,
     policy: fn(&Request, &S) -> Decision,
 ) -> Decision {
-    match parse::<S>(&request.settings) {
+    let mut decision = match parse::<S>(&request.settings) {
         Ok(settings) => policy(request, &settings),
         Err(message) => denial(message),
-    }
+    };
+    // As the glue returns it to a host: violations in field order.
+    decision.sort_violations();
+    decision
 }
 
 /// For `#[serde(deserialize_with = ...)]` on a settings field: JSON `null` reads as the field's

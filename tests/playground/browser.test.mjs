@@ -216,6 +216,18 @@ test("a whole clusterctl output of a multi-zone cluster: every template decided 
   await page.close();
 });
 
+test("a template a KubeadmControlPlane builds from is shown as control plane, as nicpolicy eval finds it", async () => {
+  const page = await open();
+  const machines = readFileSync(file("tests/fixtures/clusterctl-control-plane-template.yaml"), "utf8");
+  await evaluated(page, () => page.fill("#machines", machines));
+  const name = "prod-eu1-control-plane";
+  const sub = await page.locator(`article.machine[data-name="${name}"] svg.picture .vm-sub`).textContent();
+  assert.match(sub, /VCDMachineTemplate · control plane/);
+  const args = ["--cluster", file("examples/cluster.yaml"), "--machine", file("tests/fixtures/clusterctl-control-plane-template.yaml")];
+  assert.equal(await evalText(page, name), cliEval(args));
+  await page.close();
+});
+
 test("every shared parity case decides in the browser exactly as Wasmtime does", async () => {
   const cases = JSON.parse(readFileSync(file("tests/js/parity.json"), "utf8"));
   assert.ok(cases.length >= 30, `only ${cases.length} cases`);

@@ -7,7 +7,7 @@ use nicpolicy_plugin::{Inventory, Request};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::manifest::{build_request, ManifestError, ManifestFile, Object};
+use crate::manifest::{build_request, mark_control_plane, ManifestError, ManifestFile, Object};
 
 /// The kinds the page evaluates.
 const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
@@ -184,7 +184,13 @@ fn entry(
 ) -> MachineEntry {
     let single = ManifestFile::from_documents(&file.path, vec![object.value.clone()]);
     let request = single
-        .and_then(|single| build_request(&single, None, Some(cluster), None, inventory.cloned()));
+        .and_then(|single| build_request(&single, None, Some(cluster), None, inventory.cloned()))
+        .map(|mut request| {
+            // The lone object's file is not the input: a KubeadmControlPlane beside it there
+            // makes it a control-plane template, as `nicpolicy eval` of the input finds.
+            mark_control_plane(&mut request.machine, request.kind, &[file, cluster]);
+            request
+        });
     let (request, error) = match request {
         Ok(request) => (Some(request), None),
         Err(error) => {
@@ -289,6 +295,66 @@ spec:
         assert_eq!(request.kind, ObjectKind::VcdMachineTemplate);
         assert_eq!(request.machine.role, Role::ControlPlane);
         assert_eq!(request.cluster.zones.len(), 3);
+    }
+
+    #[test]
+    fn a_template_a_kubeadm_control_plane_builds_from_is_a_control_plane_one() {
+        // As clusterctl renders it: neither object labels the template; the
+        // KubeadmControlPlane names it (in the machines input, not beside the cluster).
+        let machines = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta3
+kind: VCDMachineTemplate
+metadata:
+  name: prod-eu1-control-plane
+  namespace: prod-eu1
+spec:
+  template:
+    spec:
+      extraOvdcNetworks: [storage-net]
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta3
+kind: VCDMachineTemplate
+metadata:
+  name: prod-eu1-md-0
+  namespace: prod-eu1
+spec:
+  template:
+    spec:
+      extraOvdcNetworks: [storage-net]
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta1
+kind: KubeadmControlPlane
+metadata:
+  name: prod-eu1-control-plane
+  namespace: prod-eu1
+spec:
+  machineTemplate:
+    infrastructureRef:
+      apiVersion: infrastructure.cluster.x-k8s.io/v1beta3
+      kind: VCDMachineTemplate
+      name: prod-eu1-control-plane
+"#;
+        let outcome = read(&Inputs {
+            cluster: EXAMPLE_CLUSTER,
+            machines,
+            inventory: "",
+        });
+        let roles: Vec<(String, Role)> = outcome
+            .machines
+            .iter()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    m.request.as_ref().expect("a request").machine.role,
+                )
+            })
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("prod-eu1-control-plane".to_string(), Role::ControlPlane),
+                ("prod-eu1-md-0".to_string(), Role::Worker)
+            ]
+        );
     }
 
     #[test]

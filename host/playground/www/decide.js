@@ -2,8 +2,9 @@
 // PolicyChain combines them (host/src/chain.rs):
 //  - each policy gets its own settings in request.settings;
 //  - extraOvdcNetworks written back by a policy is what the next one sees;
-//  - allowed only if every policy allows; violations and warnings of all, in chain order, each
-//    message prefixed with "[policy name] " in a chain of two or more (fields untouched);
+//  - allowed only if every policy allows; warnings of all in chain order, violations of all in
+//    field order (fieldOrder: indices as numbers, one field's in chain order), each message
+//    prefixed with "[policy name] " in a chain of two or more (fields untouched);
 //  - nics and vappNetworks are the last policy's; extraOvdcNetworks the last list written back;
 //  - the first failure stops the chain and names the policy.
 
@@ -69,7 +70,31 @@ export function evaluateChain(chain, request) {
       written = decision.extraOvdcNetworks;
     }
   }
+  // Array.prototype.sort is stable: violations of one field keep their chain order.
+  combined.violations.sort((a, b) => fieldOrder(a.field, b.field));
   return { decision: { ...combined, ...(written ? { extraOvdcNetworks: written } : {}) } };
+}
+
+/**
+ * Compares two field paths as nicpolicy_plugin::schema::field_order does: runs of digits as
+ * numbers, everything else as text (by UTF-16 code units, the same as Rust's byte order for
+ * the ASCII of field paths).
+ */
+export function fieldOrder(a, b) {
+  const runs = (path) => path.match(/\d+|\D+/g) ?? [];
+  const left = runs(a);
+  const right = runs(b);
+  for (let i = 0; i < Math.max(left.length, right.length); i++) {
+    if (left[i] === undefined) return -1;
+    if (right[i] === undefined) return 1;
+    const digits = /^\d/.test(left[i]) && /^\d/.test(right[i]);
+    // Numbers by value: by length without leading zeros, then digit by digit.
+    const x = digits ? left[i].replace(/^0+/, "") : left[i];
+    const y = digits ? right[i].replace(/^0+/, "") : right[i];
+    if (digits && x.length !== y.length) return x.length - y.length;
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  return 0;
 }
 
 /** `spec` or `spec.template.spec`: where the machine's fields are. */

@@ -138,22 +138,8 @@ impl Inputs {
     /// Adds one parsed file.
     pub fn add(&mut self, file: ManifestFile) {
         self.clusters.add(&file);
-        for object in file.of_kinds(&["KubeadmControlPlane"]) {
-            let reference = object
-                .value
-                .pointer("/spec/machineTemplate/infrastructureRef");
-            let kind = reference
-                .and_then(|r| r.get("kind"))
-                .and_then(Value::as_str);
-            let name = reference
-                .and_then(|r| r.get("name"))
-                .and_then(Value::as_str);
-            if let (Some("VCDMachineTemplate"), Some(name)) = (kind, name) {
-                let namespace = namespace_of(&object.value);
-                self.control_plane_templates
-                    .insert((namespace.to_string(), name.to_string()));
-            }
-        }
+        self.control_plane_templates
+            .extend(file.control_plane_templates());
         self.files.push(file);
     }
 

@@ -9,6 +9,7 @@ pub mod export;
 pub mod inspect;
 pub mod log_writer;
 pub mod machine;
+pub mod new;
 pub mod out;
 pub mod playground;
 pub mod policy_args;

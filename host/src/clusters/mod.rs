@@ -75,14 +75,8 @@ pub(crate) fn read_vcd_cluster(object: &Value, label: &str) -> Result<Cluster, L
 /// would create them.
 type Key = (String, String);
 
-/// The namespace of an object; `default` when it has none, as kubectl would create it.
-pub fn namespace_of(object: &Value) -> &str {
-    object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or("default")
-}
+/// An object's namespace, `default` when it names none.
+pub use crate::manifest::namespace_or_default as namespace_of;
 
 fn key_of(object: &Value) -> Key {
     let namespace = namespace_of(object);

@@ -194,6 +194,7 @@ fn decide(
     let deleting = request_for_policy.is_deleting();
     // Deletions, unknown clusters and ratcheted updates, as nicpolicy's host judges them.
     let mut decision = (policy.evaluate)(&request_for_policy);
+    decision.sort_violations();
     lifecycle::settle(&request_for_policy, &mut decision, |stored| {
         Some((policy.evaluate)(stored))
     });

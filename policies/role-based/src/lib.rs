@@ -483,12 +483,12 @@ mod tests {
         assert_eq!(
             fields(&d),
             [
-                ("spec.extraOvdcNetworks[2]", Reason::Duplicate),
                 ("spec.extraOvdcNetworks[0]", Reason::Forbidden),
                 ("spec.extraOvdcNetworks[1]", Reason::NotSupported),
+                ("spec.extraOvdcNetworks[2]", Reason::Duplicate),
             ]
         );
-        assert!(d.violations[2].message.contains("storage-net, backup-net"));
+        assert!(d.violations[1].message.contains("storage-net, backup-net"));
     }
 
     #[test]

@@ -666,10 +666,10 @@ mod tests {
             &[("nicpolicy.io/ip.backup-net", "10.40.0.55")],
         );
         let d = evaluate_request(&r);
-        // CAPVCD's NotFound for the extra, and ours for the annotation.
+        // Ours for the annotation, and CAPVCD's NotFound for the extra (in field order).
         assert_eq!(d.violations.len(), 2, "{d:?}");
         assert_eq!(
-            d.violations[1].field,
+            d.violations[0].field,
             "metadata.annotations[nicpolicy.io/ip.backup-net]"
         );
 

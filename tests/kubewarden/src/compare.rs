@@ -31,8 +31,10 @@ pub enum Compared {
     Decided,
     /// Both hosts refused the settings with the same reason.
     SettingsRefused,
-    /// The case is about nicpolicy's own host: it expects a host failure (timeouts, traps) or
-    /// sets the host's input cap (`maxInputBytes`); policy-server has limits of its own.
+    /// The case is about nicpolicy's own host or tools: it expects a host failure (timeouts,
+    /// traps), sets the host's input cap (`maxInputBytes`; policy-server has limits of its
+    /// own), or its template is a control-plane one by the KubeadmControlPlane beside it in its
+    /// file (the offline tools' rule; an admission review carries the template alone).
     HostOnly,
 }
 
@@ -190,7 +192,21 @@ pub fn compare(
     policy: &nicpolicy::Policy,
     kubewarden: &PolicyServer,
 ) -> Result<Compared, Vec<String>> {
-    if case.expect.error.is_some() || case.max_input_bytes.is_some() {
+    let labelled_control_plane = case
+        .objects
+        .machine
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .is_some_and(|labels| labels.contains_key("cluster.x-k8s.io/control-plane"))
+        || case
+            .objects
+            .machine
+            .pointer("/spec/template/metadata/labels")
+            .and_then(Value::as_object)
+            .is_some_and(|labels| labels.contains_key("cluster.x-k8s.io/control-plane"));
+    let role_from_beside = case.request.machine.role == nicpolicy_plugin::Role::ControlPlane
+        && !labelled_control_plane;
+    if case.expect.error.is_some() || case.max_input_bytes.is_some() || role_from_beside {
         return Ok(Compared::HostOnly);
     }
     let kw_settings = settings(case, true);
