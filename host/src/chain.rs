@@ -137,12 +137,20 @@ pub struct ChainEvaluation {
 }
 
 impl ChainEvaluation {
-    /// The combined result as a single policy's [`Evaluation`].
+    /// The combined result as a single policy's [`Evaluation`]; its memory is the largest any
+    /// enforced policy's instance reached.
     pub fn into_evaluation(self) -> Evaluation {
+        let memory_bytes = self
+            .steps
+            .iter()
+            .map(|step| step.evaluation.memory_bytes)
+            .max()
+            .unwrap_or(0);
         Evaluation {
             decision: self.decision,
             logs: self.logs,
             elapsed: self.elapsed,
+            memory_bytes,
         }
     }
 

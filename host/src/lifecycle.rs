@@ -50,6 +50,8 @@ impl Judged for Evaluation {
             decision,
             logs: Vec::new(),
             elapsed: std::time::Duration::ZERO,
+            // Decided without running a policy.
+            memory_bytes: 0,
         }
     }
 }

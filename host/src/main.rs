@@ -48,6 +48,9 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Time policies on the requests of case files: compile and cache-load time, evaluation
+    /// p50/p99 and peak memory per case, beside the built-in CAPVCD policy.
+    Bench(cli::bench::BenchArgs),
     /// Start a site policy: write a crate with typed settings, one rule on top of the CAPVCD
     /// rules, unit tests, case files and a CI workflow, and print how to build and test it.
     New(cli::new::NewArgs),
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
         Command::New(args) => cli::new::run(args),
+        Command::Bench(args) => cli::bench::run(args, &positions),
         Command::Playground(args) => cli::playground::run(args),
         Command::Audit(args) => cli::audit::run(args, &positions, &candidate_positions),
         Command::Completion { shell } => {

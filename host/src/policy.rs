@@ -72,6 +72,9 @@ pub struct Evaluation {
     pub logs: Vec<LogLine>,
     /// Wall-clock time of the call, instantiation included.
     pub elapsed: Duration,
+    /// The instance's linear memory when the call ended: its peak, since a memory never
+    /// shrinks (what `nicpolicy bench` reports beside the policy's `memory` limit).
+    pub memory_bytes: usize,
 }
 
 /// Most log lines kept per call; more are counted, not stored.
@@ -431,11 +434,12 @@ impl Policy {
         decode: DecodeOutput,
     ) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
-        let (decision, logs) = self.call(export, input, budget, decode)?;
+        let (decision, logs, memory_bytes) = self.call(export, input, budget, decode)?;
         Ok(Evaluation {
             decision,
             logs,
             elapsed: started.elapsed(),
+            memory_bytes,
         })
     }
 
@@ -446,7 +450,7 @@ impl Policy {
     pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
         let input = serde_json::to_vec(settings)
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;
-        let (verdict, _logs) = self.call(&self.exports.validate_settings, &input, None, |bytes| {
+        let (verdict, _logs, _) = self.call(&self.exports.validate_settings, &input, None, |bytes| {
             let verdict: SettingsValidation = serde_json::from_slice(bytes).map_err(|err| {
                 EvalError::BadOutput(format!(
                     "nicpolicy_validate_settings must return {{\"valid\": bool, \"message\": string}}: {err}"
@@ -499,7 +503,7 @@ impl Policy {
         input: &[u8],
         budget: Option<&Budget>,
         decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
-    ) -> Result<(R, Vec<LogLine>), EvalError> {
+    ) -> Result<(R, Vec<LogLine>, usize), EvalError> {
         if let Some(budget) = budget.filter(|budget| budget.overran()) {
             // Spent by an earlier evaluation of the same attempt: it is to be run again anyway.
             return Err(EvalError::Timeout(budget.time()));
@@ -538,7 +542,7 @@ impl Policy {
         input: &[u8],
         deadline_ticks: u64,
         decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
-    ) -> Result<(R, Vec<LogLine>), EvalError> {
+    ) -> Result<(R, Vec<LogLine>, usize), EvalError> {
         if input.len() > self.limits.max_input_bytes {
             return Err(EvalError::InputTooLarge {
                 size: input.len(),
@@ -600,6 +604,7 @@ impl Policy {
                 ))
             })?;
         let result = decode(bytes)?;
+        let memory_bytes = memory.data_size(&store);
         let mut logs = std::mem::take(&mut store.data_mut().logs);
         let dropped = store.data().dropped_logs;
         if dropped > 0 {
@@ -612,7 +617,7 @@ impl Policy {
         // Dropping the store frees the instance; the pool resets its memory slot here.
         drop(store);
         stages::mark(Stage::InstanceDrop);
-        Ok((result, logs))
+        Ok((result, logs, memory_bytes))
     }
 
     fn out_of_memory_or(

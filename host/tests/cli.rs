@@ -1436,3 +1436,66 @@ fn new_writes_a_policy_crate_and_refuses_to_overwrite_or_misname() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_times_a_policy_beside_the_built_in_one() {
+    let cases = workspace().join("tests/cases/capvcd");
+    let one = cases
+        .join("02-one-extra.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let two = cases
+        .join("03-three-extras-in-order.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let out = nicpolicy(&[
+        "bench",
+        "--policy",
+        "builtin:role-based",
+        "--iterations",
+        "5",
+        "-o",
+        "json",
+        &one,
+        &two,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let benches: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let benches = benches.as_array().expect("one entry per policy");
+    let names: Vec<&str> = benches
+        .iter()
+        .filter_map(|b| b["policy"].as_str())
+        .collect();
+    assert_eq!(names, ["nicpolicy-role-based", "nicpolicy-capvcd"]);
+    assert_eq!(benches[1]["reference"], true);
+    for bench in benches {
+        assert!(
+            bench["compileMs"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{bench}"
+        );
+        assert!(
+            bench["cacheLoadMs"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{bench}"
+        );
+        let cases = bench["cases"].as_array().expect("cases");
+        assert_eq!(cases.len(), 2);
+        for case in cases {
+            assert_eq!(case["iterations"], 5);
+            let (p50, p99) = (
+                case["p50Us"].as_f64().unwrap(),
+                case["p99Us"].as_f64().unwrap(),
+            );
+            assert!(p50 > 0.0 && p99 >= p50, "{case}");
+            // A Rust policy's instance starts with at least its 1 MiB stack.
+            assert!(
+                case["memoryBytes"].as_u64().is_some_and(|b| b >= 1 << 20),
+                "{case}"
+            );
+        }
+    }
+    // A case that expects refused settings leaves nothing to time.
+    let refused = cases.join("59-settings-max-nics-out-of-range.yaml");
+    let out = nicpolicy(&["bench", &refused.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no case to time"), "{}", stderr(&out));
+}

@@ -2,6 +2,7 @@
 //! error type that carries an exit code.
 
 pub mod audit;
+pub mod bench;
 pub mod common;
 pub mod controller;
 pub mod eval;
