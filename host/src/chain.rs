@@ -42,12 +42,15 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use nicpolicy_plugin::provisioner::{self, OnUnapplied, Provisioner, Unapplied};
-use nicpolicy_plugin::{Decision, Request, Violation};
+use nicpolicy_plugin::{Decision, ObjectKind, Request, Violation};
 use serde_json::Value;
 
 use crate::error::{EvalError, LoadError};
 use crate::limits::Budget;
-use crate::mode::{Mode, AUDIT_PREFIX};
+use crate::mode::{
+    Mode, AUDIT_PREFIX, IF_ENFORCED_PREFIX, NOT_APPLIED_PREFIX, NOT_CHECKED_PREFIX,
+    WOULD_DENY_PREFIX,
+};
 use crate::policy::{Evaluation, LogLine, Policy};
 
 /// Loaded policies evaluated in order for each machine, combined into one decision (see the
@@ -152,6 +155,72 @@ impl ChainEvaluation {
             elapsed: self.elapsed,
             memory_bytes,
         }
+    }
+
+    /// What the warn-mode entries would have denied, as the validating webhook says it (and
+    /// `nicpolicy eval`): their own warnings after [`IF_ENFORCED_PREFIX`], each violation after
+    /// [`WOULD_DENY_PREFIX`], each failure after [`NOT_CHECKED_PREFIX`].
+    pub fn warn_mode_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for warned in &self.warned {
+            let decision = match &warned.evaluation {
+                Ok(evaluation) => &evaluation.decision,
+                Err(error) => {
+                    warnings.push(format!(
+                        "{NOT_CHECKED_PREFIX}: policy {} failed: {error}",
+                        warned.policy
+                    ));
+                    continue;
+                }
+            };
+            warnings.extend(
+                decision
+                    .warnings
+                    .iter()
+                    .map(|w| format!("{IF_ENFORCED_PREFIX}: {w}")),
+            );
+            warnings.extend(
+                decision
+                    .violations
+                    .iter()
+                    .map(|v| format!("{WOULD_DENY_PREFIX}: {}", v.field_error())),
+            );
+        }
+        warnings
+    }
+
+    /// What the warn-mode entries that allow would have changed, as the mutating webhook says
+    /// it (and `nicpolicy eval`): the `extraOvdcNetworks` and NIC plan each would have written,
+    /// where they differ from what is applied, after [`NOT_APPLIED_PREFIX`].
+    pub fn warn_mode_changes(&self, kind: ObjectKind) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for warned in &self.warned {
+            let Ok(theirs) = &warned.evaluation else {
+                continue;
+            };
+            // A policy that denies would not default the object either.
+            if !theirs.decision.allowed {
+                continue;
+            }
+            if let Some(list) = &warned.would_write {
+                warnings.push(format!(
+                    "{NOT_APPLIED_PREFIX}: [{}] would set {}.extraOvdcNetworks to [{}]",
+                    warned.policy,
+                    kind.spec_path(),
+                    list.join(", ")
+                ));
+            }
+            let nics = &theirs.decision.nics;
+            if !nics.is_empty() && *nics != self.decision.nics {
+                let networks: Vec<&str> = nics.iter().map(|n| n.network.as_str()).collect();
+                warnings.push(format!(
+                    "{NOT_APPLIED_PREFIX}: [{}] would plan NICs on {}",
+                    warned.policy,
+                    networks.join(", ")
+                ));
+            }
+        }
+        warnings
     }
 
     /// The decision an audit reports: the warn-mode policies' violations count as well (each

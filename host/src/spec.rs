@@ -33,6 +33,7 @@ use crate::engine::Host;
 use crate::error::LoadError;
 use crate::limits::Limits;
 use crate::manifest;
+use crate::mode::Mode;
 use crate::policy::{Policy, PolicyOptions};
 
 /// Where a policy module comes from.
@@ -124,17 +125,26 @@ pub struct PolicySpec {
     pub sha256: Option<String>,
     /// Time and memory limits of every call.
     pub limits: Limits,
+    /// How a chain uses its decision: enforced, or in warn mode ([`crate::mode`]).
+    pub mode: Mode,
 }
 
 impl PolicySpec {
-    /// `source` with no settings, no pin and the default limits.
+    /// `source` with no settings, no pin, the default limits, enforced.
     pub fn new(source: PolicySource) -> PolicySpec {
         PolicySpec {
             source,
             settings: SettingsSource::default(),
             sha256: None,
             limits: Limits::default(),
+            mode: Mode::Enforce,
         }
+    }
+
+    /// This spec in `mode`.
+    pub fn with_mode(mut self, mode: Mode) -> PolicySpec {
+        self.mode = mode;
+        self
     }
 
     /// The same spec with these settings.
@@ -215,7 +225,14 @@ impl<'h> ChainLoader<'h> {
             label: "(no policy)".to_string(),
             error: Box::new(LoadError::EmptyChain),
         })?;
-        Ok(policies.fold(PolicyChain::new(first), PolicyChain::then))
+        let chain = policies.fold(PolicyChain::new(first), PolicyChain::then);
+        // Each entry in the mode its spec says.
+        Ok(specs
+            .iter()
+            .enumerate()
+            .fold(chain, |chain, (index, spec)| {
+                chain.with_mode(index, spec.mode)
+            }))
     }
 
     /// Loads one spec.

@@ -41,6 +41,17 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Runs `nicpolicy ARGS`, expecting bad usage (exit code 2) with `expected` in its error.
+fn refused(args: &[&str], expected: &str) {
+    let out = nicpolicy(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(expected),
+        "{args:?}: {}",
+        stderr(&out)
+    );
+}
+
 fn scratch(name: &str, bytes: &[u8]) -> String {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-files");
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -1413,26 +1424,17 @@ fn new_writes_a_policy_crate_and_refuses_to_overwrite_or_misname() {
         nicpolicy::cases::Case::load(&crate_dir.join("cases/02-control-plane-off-the-dmz.yaml"));
     assert!(loaded.is_ok(), "{:?}", loaded.err());
 
-    let again = nicpolicy(&["new", "dmz-guard", "--path", &dir_arg]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(
-        stderr(&again).contains("already exists and is not empty"),
-        "{}",
-        stderr(&again)
+    refused(
+        &["new", "dmz-guard", "--path", &dir_arg],
+        "already exists and is not empty",
     );
-    let bad = nicpolicy(&["new", "DMZ_guard", "--path", &dir_arg]);
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(
-        stderr(&bad).contains("is not a policy name"),
-        "{}",
-        stderr(&bad)
+    refused(
+        &["new", "DMZ_guard", "--path", &dir_arg],
+        "is not a policy name",
     );
-    let no_sdk = nicpolicy(&["new", "other", "--path", &dir_arg, "--sdk-path", &dir_arg]);
-    assert_eq!(no_sdk.status.code(), Some(2));
-    assert!(
-        stderr(&no_sdk).contains("no Cargo.toml there"),
-        "{}",
-        stderr(&no_sdk)
+    refused(
+        &["new", "other", "--path", &dir_arg, "--sdk-path", &dir_arg],
+        "no Cargo.toml there",
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1494,8 +1496,54 @@ fn bench_times_a_policy_beside_the_built_in_one() {
         }
     }
     // A case that expects refused settings leaves nothing to time.
-    let refused = cases.join("59-settings-max-nics-out-of-range.yaml");
-    let out = nicpolicy(&["bench", &refused.to_string_lossy()]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("no case to time"), "{}", stderr(&out));
+    let settings_refused = cases.join("59-settings-max-nics-out-of-range.yaml");
+    refused(
+        &["bench", &settings_refused.to_string_lossy()],
+        "no case to time",
+    );
+}
+
+#[test]
+fn eval_says_what_a_warn_mode_policy_would_deny_as_the_webhook_does() {
+    let base = [
+        "eval",
+        "--cluster",
+        "examples/cluster.yaml",
+        "--machine",
+        "examples/invalid-machine.yaml",
+        "--inventory",
+        "examples/inventory.yaml",
+        "-o",
+        "json",
+    ];
+    let enforced = nicpolicy(&base);
+    assert_eq!(enforced.status.code(), Some(1), "{}", stderr(&enforced));
+
+    let mut warn = base.to_vec();
+    warn.extend(["--policy", "builtin:capvcd", "--mode", "warn"]);
+    let out = nicpolicy(&warn);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let decision: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(decision["allowed"], true);
+    let warnings: Vec<&str> = decision["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    for field in ["[2]", "[3]", "[4]"] {
+        assert!(
+            warnings.iter().any(|w| w.starts_with(&format!(
+                "nicpolicy (mode: warn): would be denied: spec.extraOvdcNetworks{field}"
+            ))),
+            "{field}: {warnings:?}"
+        );
+    }
+
+    let mut twice = warn.clone();
+    twice.extend(["--mode", "enforce"]);
+    refused(&twice, "two --mode for builtin:capvcd");
+    let mut bad = base.to_vec();
+    bad.extend(["--mode", "audit"]);
+    refused(&bad, "not a mode: enforce or warn");
 }

@@ -20,7 +20,11 @@ done
 work=$(mktemp -d)
 registry_pid=""
 cleanup() {
-  [[ -n "$registry_pid" ]] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
+  # The registry ends by the SIGTERM sent here: its status (143) is not this script's.
+  if [[ -n "$registry_pid" ]]; then
+    kill "$registry_pid" 2>/dev/null || true
+    wait "$registry_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

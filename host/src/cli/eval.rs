@@ -50,7 +50,14 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
             evaluation.elapsed.as_secs_f64() * 1e3
         );
     }
-    let decision = &evaluation.decision;
+    // Warn-mode policies (--mode warn) said as the webhook says them: what enforcing would
+    // deny, and what they would have changed.
+    let mut decision = evaluation.decision.clone();
+    decision.warnings.extend(evaluation.warn_mode_warnings());
+    decision
+        .warnings
+        .extend(evaluation.warn_mode_changes(request.kind));
+    let decision = &decision;
     let unapplied = &evaluation.unapplied;
     let output = Output {
         decision,

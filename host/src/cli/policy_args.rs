@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::ArgMatches;
+use nicpolicy::mode::Mode;
 use nicpolicy::plugin::provisioner::{OnUnapplied, PlanField, Provisioner};
 use nicpolicy::{Host, HostConfig, Limits, PolicyChain, PolicySource, PolicySpec, SettingsSource};
 
@@ -28,6 +29,11 @@ pub struct PolicyArgs {
     /// --settings.
     #[arg(long = "sha256", value_name = "HEX")]
     sha256: Vec<String>,
+    /// The --policy before it in warn mode (like --settings): its violations are printed as the
+    /// webhook's warnings ("would be denied") and it changes nothing; enforce, the default,
+    /// denies.
+    #[arg(long = "mode", value_name = "enforce|warn", value_parser = parse_mode)]
+    modes: Vec<Mode>,
     /// Time limit for one evaluation, like 250ms or 2s.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = nicpolicy::limits::parse_duration)]
     timeout: Duration,
@@ -45,6 +51,7 @@ impl PolicyArgs {
         PolicyArgs {
             policies,
             sha256,
+            modes: Vec::new(),
             timeout: self.timeout,
             memory: self.memory,
             no_cache: self.no_cache,
@@ -107,18 +114,27 @@ pub(super) fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
     PolicySource::parse(text).map_err(|err| err.to_string())
 }
 
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    match text {
+        "enforce" => Ok(Mode::Enforce),
+        "warn" => Ok(Mode::Warn),
+        other => Err(format!("{other:?} is not a mode: enforce or warn")),
+    }
+}
+
 /// Where `--policy`, `--settings` and `--sha256` appear on the command line: an option that
 /// belongs to one policy applies to the `--policy` before it.
 pub struct Positions {
     policies: Vec<usize>,
     settings: Vec<usize>,
     sha256: Vec<usize>,
+    modes: Vec<usize>,
 }
 
 impl Positions {
     /// The positions in a subcommand's matches (none when it has no policy options).
     pub fn of(matches: Option<&ArgMatches>) -> Positions {
-        Positions::of_ids(matches, ["policies", "settings", "sha256"])
+        Positions::of_ids(matches, ["policies", "settings", "sha256", "modes"])
     }
 
     /// The positions of the candidate chain's options (`nicpolicy audit --candidate`,
@@ -126,11 +142,20 @@ impl Positions {
     pub fn of_candidates(matches: Option<&ArgMatches>) -> Positions {
         Positions::of_ids(
             matches,
-            ["candidates", "candidate_settings", "candidate_sha256"],
+            // The candidate chain is evaluated whole, beside the one in force: no modes.
+            [
+                "candidates",
+                "candidate_settings",
+                "candidate_sha256",
+                "candidate_modes",
+            ],
         )
     }
 
-    fn of_ids(matches: Option<&ArgMatches>, [policies, settings, sha256]: [&str; 3]) -> Positions {
+    fn of_ids(
+        matches: Option<&ArgMatches>,
+        [policies, settings, sha256, modes]: [&str; 4],
+    ) -> Positions {
         let indices = |id: &str| -> Vec<usize> {
             matches
                 // `indices_of` insists on an argument the subcommand defines.
@@ -143,6 +168,7 @@ impl Positions {
             policies: indices(policies),
             settings: indices(settings),
             sha256: indices(sha256),
+            modes: indices(modes),
         }
     }
 
@@ -194,6 +220,17 @@ pub fn policy_specs(
             )));
         }
         spec.sha256 = Some(digest.clone());
+    }
+    let mut moded = vec![false; specs.len()];
+    for (&mode, &at) in args.modes.iter().zip(&positions.modes) {
+        let owner = positions.owner(at).min(last);
+        if std::mem::replace(&mut moded[owner], true) {
+            return Err(usage(anyhow::anyhow!(
+                "two --mode for {}: give each policy one, after its --policy",
+                specs[owner].source.label()
+            )));
+        }
+        specs[owner].mode = mode;
     }
     Ok(specs)
 }
@@ -267,6 +304,7 @@ mod tests {
             policies: vec![2, 6],
             settings: vec![1, 4, 8],
             sha256: vec![],
+            modes: vec![],
         };
         // Before every --policy: the first policy.
         assert_eq!(positions.owner(1), 0);

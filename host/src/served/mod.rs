@@ -90,13 +90,8 @@ impl Served {
                 module: err.label,
                 error: err.error,
             })?;
-            let chain = entries
-                .iter()
-                .enumerate()
-                .fold(loaded, |chain, (index, entry)| {
-                    chain.with_mode(index, entry.mode)
-                })
-                .with_provisioner(config.provisioner.clone(), config.on_unapplied);
+            // The loader puts each entry in its spec's mode.
+            let chain = loaded.with_provisioner(config.provisioner.clone(), config.on_unapplied);
             // Where each module came from: a restart that compiles instead of loading from
             // the cache shows here (and says why the cache was bypassed).
             for policy in chain.policies() {

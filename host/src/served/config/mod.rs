@@ -186,10 +186,9 @@ pub enum ClusterSourceConfig {
 /// One policy of a kind's chain: what to load, and where the entry sits in the file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
-    /// The module, its settings (inline or `settingsFile`), digest pin and limits.
+    /// The module, its settings (inline or `settingsFile`), digest pin, limits and mode
+    /// (whether its violations deny or only warn, see [`crate::mode`]).
     pub spec: PolicySpec,
-    /// Whether its violations deny or only warn (see [`crate::mode`]).
-    pub mode: Mode,
     /// Where the entry sits in the file, like `policies.VCDMachine[0]`.
     pub field: String,
 }
@@ -304,8 +303,8 @@ impl ServeConfig {
                 limits: Limits::default()
                     .with_timeout(DEFAULTS.policy_timeout)
                     .with_max_input_bytes(DEFAULTS.max_request_bytes),
+                mode: Mode::Enforce,
             },
-            mode: Mode::Enforce,
             field: format!("policies.{}[0]", kind.as_str()),
         };
         ServeConfig {
@@ -616,8 +615,8 @@ impl Reader<'_> {
                 settings,
                 sha256: entry.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
                 limits,
+                mode: entry.mode.unwrap_or_default(),
             },
-            mode: entry.mode.unwrap_or_default(),
             field: at.to_string(),
         })
     }
@@ -1078,7 +1077,7 @@ reload: {interval: 1s}
         .expect("valid");
         let modes: Vec<Mode> = config.policies[&ObjectKind::VcdMachine]
             .iter()
-            .map(|p| p.mode)
+            .map(|p| p.spec.mode)
             .collect();
         assert_eq!(modes, [Mode::Warn, Mode::Enforce, Mode::Enforce]);
 
