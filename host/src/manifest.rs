@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use nicpolicy_plugin::objects::{
     self, cluster_from_object, inventory_from_object, machine_from_object, FieldError,
 };
-use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Operation, Request};
+use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Request};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -726,15 +726,14 @@ pub fn build_request(
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
         .map(String::as_str);
     let cluster = match cluster_file {
-        Some(file) => file.cluster(cluster_name)?,
-        None => Cluster::unknown(cluster_name.unwrap_or_default(), &machine.namespace),
+        Some(file) => Ok(file.cluster(cluster_name)?),
+        None => Err(cluster_name.unwrap_or_default().to_string()),
     };
-    let mut same_cluster_as_stored = false;
-    let old_machine = match old_file {
+    let stored = match old_file {
         Some(file) => {
             let stored = file.find_machine(machine_name)?;
             let (old_kind, old) = file.machine_object(stored)?;
-            same_cluster_as_stored = objects::same_cluster(
+            let same_cluster = objects::same_cluster(
                 &machine_file.find_machine(machine_name)?.value,
                 &stored.value,
             );
@@ -749,26 +748,16 @@ pub fn build_request(
                     ),
                 });
             }
-            Some(old)
+            Some(objects::Stored {
+                machine: old,
+                same_cluster,
+            })
         }
         None => None,
     };
-    Ok(Request {
-        operation: if old_machine.is_some() {
-            Operation::Update
-        } else {
-            Operation::Create
-        },
-        kind,
-        machine,
-        old_machine,
-        cluster,
-        inventory,
-        settings: Value::Null,
-        cluster_unknown: cluster_file.is_none(),
-        baseline: false,
-        same_cluster_as_stored,
-    })
+    Ok(objects::policy_request(
+        kind, machine, stored, cluster, inventory,
+    ))
 }
 
 #[cfg(test)]

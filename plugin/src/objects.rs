@@ -36,7 +36,9 @@ use std::net::IpAddr;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::schema::{Cluster, Inventory, Machine, Network, ObjectKind, Zone, CLUSTER_NAME_LABEL};
+use crate::schema::{
+    Cluster, Inventory, Machine, Network, ObjectKind, Operation, Request, Zone, CLUSTER_NAME_LABEL,
+};
 
 /// API group of CAPVCD's kinds.
 pub const CAPVCD_GROUP: &str = "infrastructure.cluster.x-k8s.io";
@@ -332,6 +334,51 @@ pub fn same_cluster(object: &Value, stored: &Value) -> bool {
     }
 }
 
+/// The stored version of a machine, on an UPDATE.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// The stored machine.
+    pub machine: Machine,
+    /// Whether it names the same cluster as the machine written ([`same_cluster`]).
+    pub same_cluster: bool,
+}
+
+/// The policy request for a machine, built one way by every host: the webhook, the audit,
+/// manifests (`eval`, `test`, the playground) and the Kubewarden build. An UPDATE when
+/// `stored` is given, a CREATE otherwise. `cluster` is the machine's cluster, or the name of one
+/// not known (yet): the request then says so ([`Request::cluster_unknown`]) and carries
+/// [`Cluster::unknown`] of that name in the machine's namespace, so the rules that need no
+/// cluster still run. Settings stay `null` and `baseline` false: the host sets them.
+pub fn policy_request(
+    kind: ObjectKind,
+    machine: Machine,
+    stored: Option<Stored>,
+    cluster: Result<Cluster, String>,
+    inventory: Option<Inventory>,
+) -> Request {
+    let (cluster, cluster_unknown) = match cluster {
+        Ok(cluster) => (cluster, false),
+        Err(name) => (Cluster::unknown(&name, &machine.namespace), true),
+    };
+    let same_cluster_as_stored = stored.as_ref().is_some_and(|s| s.same_cluster);
+    Request {
+        operation: if stored.is_some() {
+            Operation::Update
+        } else {
+            Operation::Create
+        },
+        kind,
+        machine,
+        old_machine: stored.map(|s| s.machine),
+        cluster,
+        inventory,
+        settings: Value::Null,
+        cluster_unknown,
+        baseline: false,
+        same_cluster_as_stored,
+    }
+}
+
 /// Why a machine names no cluster, worded for the machine's kind.
 pub fn unnamed_cluster(kind: ObjectKind) -> String {
     let owner = match kind {
@@ -578,6 +625,44 @@ mod tests {
         ]}});
         assert_eq!(cluster_name_of(&owned).as_deref(), Some("prod-eu1"));
         assert_eq!(cluster_name_of(&json!({"metadata": {}})), None);
+    }
+
+    #[test]
+    fn one_builder_makes_every_request() {
+        let machine = crate::testing::worker(&["storage-net"]).machine;
+        let cluster = crate::testing::worker(&[]).cluster;
+        let create = policy_request(
+            ObjectKind::VcdMachine,
+            machine.clone(),
+            None,
+            Ok(cluster.clone()),
+            None,
+        );
+        assert_eq!(create.operation, Operation::Create);
+        assert!(!create.cluster_unknown && !create.same_cluster_as_stored && !create.baseline);
+        assert_eq!(create.cluster, cluster);
+        assert!(create.settings.is_null());
+
+        let stored = Stored {
+            machine: machine.clone(),
+            same_cluster: true,
+        };
+        let update = policy_request(
+            ObjectKind::VcdMachine,
+            machine.clone(),
+            Some(stored),
+            Err("prod-eu1".to_string()),
+            None,
+        );
+        assert_eq!(update.operation, Operation::Update);
+        assert_eq!(update.old_machine.as_ref(), Some(&machine));
+        assert!(update.same_cluster_as_stored);
+        // Not known: a stand-in of that name in the machine's namespace, and said so.
+        assert!(update.cluster_unknown);
+        assert_eq!(
+            update.cluster,
+            Cluster::unknown("prod-eu1", &machine.namespace)
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 
-use nicpolicy_plugin::{Cluster, Inventory, Operation, Request, Role};
+use nicpolicy_plugin::objects::policy_request;
+use nicpolicy_plugin::{Inventory, Request, Role};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -226,7 +227,7 @@ impl Inputs {
                 {
                     machine.role = Role::ControlPlane;
                 }
-                (Some(found.group), found.cluster, None)
+                (Some(found.group), Ok(found.cluster), None)
             }
             // As the webhook does (onUnknownCluster: CheckWithoutCluster): the rules that need
             // no cluster still apply, the cluster's are left out and the reason said.
@@ -235,25 +236,20 @@ impl Inputs {
                 let why = format!(
                     "cluster not known, checked without it (rules on the cluster's networks not applied): {err}"
                 );
-                (named_group, Cluster::unknown(&name, namespace), Some(why))
+                (named_group, Err(name), Some(why))
             }
         };
         Subject {
             object: id,
             group,
-            input: Ok(Request {
-                operation: Operation::Create,
+            // A CREATE: nothing stored to excuse.
+            input: Ok(policy_request(
                 kind,
                 machine,
-                old_machine: None,
+                None,
                 cluster,
-                inventory: inventory.cloned(),
-                settings: Value::Null,
-                cluster_unknown: cluster_unknown.is_some(),
-                baseline: false,
-                // A CREATE: nothing stored to excuse.
-                same_cluster_as_stored: false,
-            }),
+                inventory.cloned(),
+            )),
             cluster_unknown,
         }
     }

@@ -10,9 +10,7 @@ use json_patch::Patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::DynamicObject;
 use nicpolicy_plugin::lifecycle::{self as lifecycle_rules, unknown_cluster_warning};
-use nicpolicy_plugin::{
-    Cluster, Decision, Machine, ObjectKind, Operation as PolicyOperation, Request,
-};
+use nicpolicy_plugin::{Cluster, Decision, Machine, ObjectKind, Request};
 
 use crate::lifecycle;
 use crate::stages::{self, Stage};
@@ -30,7 +28,9 @@ use crate::clusters::{cluster_name_of, ClusterSource, LookupError};
 use crate::served::config::{FailureMode, UnknownClusterMode};
 use crate::served::{Served, ServedPolicies};
 use crate::{Budget, ChainError, ChainEvaluation, PolicyChain};
-use nicpolicy_plugin::objects::{machine_from_object, same_cluster, CAPVCD_GROUP};
+use nicpolicy_plugin::objects::{
+    machine_from_object, policy_request, same_cluster, Stored, CAPVCD_GROUP,
+};
 
 /// The two webhook endpoints of a kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,9 +87,8 @@ struct Objects {
     object: Value,
     kind: ObjectKind,
     machine: Machine,
-    old_machine: Option<Machine>,
-    /// The stored object (on an UPDATE) names the same cluster as `object`.
-    same_cluster_as_stored: bool,
+    /// The stored version, on an UPDATE.
+    stored: Option<Stored>,
 }
 
 /// What [`Reviewer::judge`] found.
@@ -294,32 +293,21 @@ impl Reviewer {
             return Err(allow(&request, None, Vec::new(), &served));
         }
         let mut warnings = Vec::new();
-        let (cluster, cluster_unknown) =
-            match self.find_cluster(kind, &request, &objects, &display, &served)? {
-                Ok(cluster) => (cluster, false),
-                Err(warning) => {
-                    warnings.push(warning);
-                    let name = cluster_name_of(&objects.object).unwrap_or_default();
-                    let namespace = &objects.machine.namespace;
-                    (Cluster::unknown(&name, namespace), true)
-                }
-            };
-        stages::mark(Stage::ClusterLookup);
-        let policy = Request {
-            operation: match request.operation {
-                Operation::Update => PolicyOperation::Update,
-                _ => PolicyOperation::Create,
-            },
-            kind: objects.kind,
-            machine: objects.machine,
-            old_machine: objects.old_machine,
-            cluster,
-            inventory: served.inventory.clone(),
-            settings: Value::Null,
-            cluster_unknown,
-            baseline: false,
-            same_cluster_as_stored: objects.same_cluster_as_stored,
+        let cluster = match self.find_cluster(kind, &request, &objects, &display, &served)? {
+            Ok(cluster) => Ok(cluster),
+            Err(warning) => {
+                warnings.push(warning);
+                Err(cluster_name_of(&objects.object).unwrap_or_default())
+            }
         };
+        stages::mark(Stage::ClusterLookup);
+        let policy = policy_request(
+            objects.kind,
+            objects.machine,
+            objects.stored,
+            cluster,
+            served.inventory.clone(),
+        );
         stages::mark(Stage::RequestBuild);
         Ok(Job {
             request,
@@ -414,7 +402,7 @@ impl Reviewer {
         })?;
         fill_metadata(&mut object, request);
         let (kind, machine) = read_machine(&object, "request.object").map_err(bad_request)?;
-        let (old_machine, same_cluster_as_stored) = match request.operation {
+        let stored = match request.operation {
             Operation::Update => {
                 let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
                         bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
@@ -429,16 +417,18 @@ impl Reviewer {
                         kind.as_str()
                     )));
                 }
-                (Some(old_machine), same_cluster(&object, &old))
+                Some(Stored {
+                    machine: old_machine,
+                    same_cluster: same_cluster(&object, &old),
+                })
             }
-            _ => (None, false),
+            _ => None,
         };
         Ok(Objects {
             object,
             kind,
             machine,
-            old_machine,
-            same_cluster_as_stored,
+            stored,
         })
     }
 

@@ -12,7 +12,7 @@ use super::{denial_message, Policy, Settings, CLUSTER_API_VERSION, VCD_CLUSTER_A
 use crate::lifecycle;
 use crate::mutation::{self, NicPlan};
 use crate::objects::{self, CAPVCD_GROUP};
-use crate::schema::{Cluster, ObjectKind, Operation, Request};
+use crate::schema::{Cluster, ObjectKind, Operation};
 
 fn to_json<T: Serialize>(value: &T) -> CallResult {
     Ok(serde_json::to_vec(value)?)
@@ -166,31 +166,32 @@ fn decide(
     // checked without it, as `nicpolicy serve` does with `onUnknownCluster: CheckWithoutCluster`:
     // the rules that need only the machine still apply, the cluster's wait for the cluster.
     let mut warnings = Vec::new();
-    let (cluster, cluster_unknown) = match objects::cluster_name_of(&request.object)
+    let cluster = match objects::cluster_name_of(&request.object)
         .ok_or_else(|| objects::unnamed_cluster(object_kind))
         .and_then(|name| find_cluster(&machine.namespace, &name))
     {
-        Ok(cluster) => (cluster, false),
+        Ok(cluster) => Ok(cluster),
         Err(why) => {
             warnings.push(lifecycle::unknown_cluster_warning(&display, &why));
-            let name = objects::cluster_name_of(&request.object).unwrap_or_default();
-            (Cluster::unknown(&name, &machine.namespace), true)
+            Err(objects::cluster_name_of(&request.object).unwrap_or_default())
         }
     };
     let name = machine.name.clone();
-    let request_for_policy = Request {
-        operation,
-        kind: object_kind,
+    // `old_machine` is read on an UPDATE only (above).
+    let stored = old_machine.map(|machine| objects::Stored {
         machine,
-        old_machine,
+        same_cluster: objects::same_cluster(&request.object, &request.old_object),
+    });
+    let mut request_for_policy = objects::policy_request(
+        object_kind,
+        machine,
+        stored,
         cluster,
-        inventory: settings.inventory.clone(),
-        settings: settings.policy.clone(),
-        cluster_unknown,
-        baseline: false,
-        same_cluster_as_stored: operation == Operation::Update
-            && objects::same_cluster(&request.object, &request.old_object),
-    };
+        settings.inventory.clone(),
+    );
+    // The policy's settings travel in the request (Kubewarden has no separate settings call
+    // per evaluation).
+    request_for_policy.settings = settings.policy.clone();
     let deleting = request_for_policy.is_deleting();
     // Deletions, unknown clusters and ratcheted updates, as nicpolicy's host judges them.
     let mut decision = (policy.evaluate)(&request_for_policy);
@@ -224,7 +225,7 @@ fn decide(
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
         };
-        let plan = (!cluster_unknown).then_some(&plan);
+        let plan = (!request_for_policy.cluster_unknown).then_some(&plan);
         let mut object = request.object.clone();
         mutation::apply(object_kind, &mut object, &decision, plan).then_some(object)
     } else {
