@@ -94,6 +94,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod inspect;
+pub mod junit;
 pub mod kubewarden;
 pub mod lifecycle;
 pub mod limits;

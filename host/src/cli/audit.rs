@@ -13,7 +13,7 @@ use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
 use nicpolicy::manifest::{self, ManifestFile};
 use nicpolicy::PolicyChain;
 
-use nicpolicy::cases::junit::xml_escape;
+use nicpolicy::junit::{CaseResult, Suite, Suites, TestCase};
 use nicpolicy::PolicySource;
 
 use super::policy_args::{
@@ -435,77 +435,48 @@ fn report_value(
 
 /// JUnit XML: one testsuite per cluster, one testcase per machine.
 fn junit_report(findings: &[Finding], elapsed: std::time::Duration) -> String {
-    let count = |fs: &[&Finding], v: Verdict| fs.iter().filter(|f| f.result == v).count();
-    let all: Vec<&Finding> = findings.iter().collect();
-    let errors = |fs: &[&Finding]| count(fs, Verdict::Error) + count(fs, Verdict::Failed);
-    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        xml,
-        "<testsuites name=\"nicpolicy audit\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3}\">",
-        all.len(),
-        count(&all, Verdict::Denied),
-        errors(&all),
-        elapsed.as_secs_f64()
-    );
-    for (group, findings) in by_cluster(findings) {
-        let _ = writeln!(
-            xml,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
-            xml_escape(&cluster_title(group), true),
-            findings.len(),
-            count(&findings, Verdict::Denied),
-            errors(&findings),
-            count(&findings, Verdict::Skipped),
-        );
-        for finding in findings {
-            let _ = write!(
-                xml,
-                "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.6}\"",
-                xml_escape(&cluster_title(finding.cluster.as_ref()), true),
-                xml_escape(
-                    &format!(
-                        "{} {}/{}",
-                        finding.object.kind, finding.object.namespace, finding.object.name
-                    ),
-                    true
-                ),
-                finding.elapsed.as_secs_f64()
-            );
-            let message = finding.message.clone().unwrap_or_default();
-            match finding.result {
-                Verdict::Allowed => xml.push_str("/>\n"),
-                Verdict::Skipped => {
-                    let _ = writeln!(
-                        xml,
-                        ">\n      <skipped message=\"{}\"/>\n    </testcase>",
-                        xml_escape(&message, true)
-                    );
-                }
-                Verdict::Error | Verdict::Failed => {
-                    let _ = writeln!(
-                        xml,
-                        ">\n      <error message=\"{}\"/>\n    </testcase>",
-                        xml_escape(&message, true)
-                    );
-                }
-                Verdict::Denied => {
-                    let lines: Vec<String> = finding
-                        .decision
-                        .iter()
-                        .flat_map(|d| &d.violations)
-                        .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
-                        .collect();
-                    let _ = writeln!(
-                        xml,
-                        ">\n      <failure message=\"{}\">{}</failure>\n    </testcase>",
-                        xml_escape(lines.first().map_or("", String::as_str), true),
-                        xml_escape(&lines.join("\n"), false)
-                    );
-                }
-            }
-        }
-        xml.push_str("  </testsuite>\n");
+    let suites = by_cluster(findings)
+        .into_iter()
+        .map(|(group, findings)| Suite {
+            name: cluster_title(group),
+            time: None,
+            cases: findings
+                .into_iter()
+                .map(|finding| {
+                    let message = finding.message.clone().unwrap_or_default();
+                    TestCase {
+                        classname: cluster_title(finding.cluster.as_ref()),
+                        name: format!(
+                            "{} {}/{}",
+                            finding.object.kind, finding.object.namespace, finding.object.name
+                        ),
+                        time: finding.elapsed,
+                        result: match finding.result {
+                            Verdict::Allowed => CaseResult::Passed,
+                            Verdict::Skipped => CaseResult::Skipped { message },
+                            Verdict::Error | Verdict::Failed => CaseResult::Error { message },
+                            Verdict::Denied => {
+                                let lines: Vec<String> = finding
+                                    .decision
+                                    .iter()
+                                    .flat_map(|d| &d.violations)
+                                    .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
+                                    .collect();
+                                CaseResult::Failure {
+                                    message: lines.first().cloned().unwrap_or_default(),
+                                    body: lines.join("\n"),
+                                }
+                            }
+                        },
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    Suites {
+        name: "nicpolicy audit".to_string(),
+        time: elapsed,
+        suites,
     }
-    xml.push_str("</testsuites>\n");
-    xml
+    .write()
 }
