@@ -43,6 +43,7 @@ pub mod connections;
 mod inline;
 pub mod metrics;
 pub mod patch;
+mod prepare;
 pub mod review;
 pub mod server;
 pub mod stage_log;

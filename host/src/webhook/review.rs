@@ -1,5 +1,5 @@
-//! One AdmissionReview in, one out: the request is mapped to a policy [`Request`], the served
-//! chain evaluates it, and the decision becomes a JSON patch (mutate, [`super::patch`]) or an
+//! One AdmissionReview in, one out: the request is mapped to a policy [`Request`]
+//! (the `prepare` module), the served chain evaluates it, and the decision becomes a JSON patch (mutate, [`super::patch`]) or an
 //! allow / deny with Kubernetes field causes (validate); [`super::admission`] holds the wire
 //! format.
 
@@ -7,30 +7,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use json_patch::Patch;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::core::DynamicObject;
-use nicpolicy_plugin::lifecycle::{self as lifecycle_rules, unknown_cluster_warning};
-use nicpolicy_plugin::{Cluster, Decision, Machine, ObjectKind, Request};
+use nicpolicy_plugin::lifecycle as lifecycle_rules;
+use nicpolicy_plugin::{Decision, ObjectKind, Request};
 
 use crate::lifecycle;
 use crate::stages::{self, Stage};
 use serde_json::Value;
 
 use super::admission::{
-    allow, deleting, deny, failure_answer, fill_metadata, finish, invalid, invalid_status,
-    read_review, review_request, Answer,
+    allow, deleting, failure_answer, finish, invalid, invalid_status, read_review, Answer,
 };
 use super::inline::InlineGate;
 use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
 use super::patch::{patch_operations, NicPlan};
 use super::warned;
-use crate::clusters::{cluster_name_of, ClusterSource, LookupError};
-use crate::served::config::{FailureMode, UnknownClusterMode};
+use crate::clusters::ClusterSource;
+use crate::served::config::FailureMode;
 use crate::served::{Served, ServedPolicies};
 use crate::{Budget, ChainError, ChainEvaluation, PolicyChain};
-use nicpolicy_plugin::objects::{
-    machine_from_object, policy_request, same_cluster, Stored, CAPVCD_GROUP,
-};
 
 /// The two webhook endpoints of a kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,26 +65,16 @@ pub fn path_segment(kind: ObjectKind) -> &'static str {
 }
 
 /// What a review needs to reach a decision after it is read.
-struct Job {
-    request: AdmissionRequest<DynamicObject>,
-    object: Value,
-    kind: ObjectKind,
-    endpoint: Endpoint,
-    served: Arc<Served>,
-    policy: Request,
-    display: String,
+pub(super) struct Job {
+    pub(super) request: AdmissionRequest<DynamicObject>,
+    pub(super) object: Value,
+    pub(super) kind: ObjectKind,
+    pub(super) endpoint: Endpoint,
+    pub(super) served: Arc<Served>,
+    pub(super) policy: Request,
+    pub(super) display: String,
     /// Warnings of the host's own (the cluster is not known yet), given with the answer.
-    warnings: Vec<String>,
-}
-
-/// The objects of a review, read.
-struct Objects {
-    /// `request.object`, with the name and namespace filled in from the request.
-    object: Value,
-    kind: ObjectKind,
-    machine: Machine,
-    /// The stored version, on an UPDATE.
-    stored: Option<Stored>,
+    pub(super) warnings: Vec<String>,
 }
 
 /// What [`Reviewer::judge`] found.
@@ -116,9 +102,9 @@ pub type NativeEvaluator = Arc<dyn Fn(&Request) -> Decision + Send + Sync>;
 
 /// Answers AdmissionReviews with the served policies.
 pub struct Reviewer {
-    policies: Arc<ServedPolicies>,
-    clusters: Arc<dyn ClusterSource>,
-    metrics: Arc<Metrics>,
+    pub(super) policies: Arc<ServedPolicies>,
+    pub(super) clusters: Arc<dyn ClusterSource>,
+    pub(super) metrics: Arc<Metrics>,
     native: Option<NativeEvaluator>,
     inline: InlineGate,
 }
@@ -257,249 +243,6 @@ impl Reviewer {
     pub fn reject(&self, reason: &'static str, message: &str) {
         self.metrics.reject(reason);
         tracing::info!(reason, "review rejected: {message}");
-    }
-
-    /// Reads the review and everything the policies need, or answers it right away.
-    fn prepare(&self, endpoint: Endpoint, kind: ObjectKind, body: &[u8]) -> Result<Job, Answer> {
-        let served = self.policies.get();
-        let generation = served.generation;
-        let malformed = |answer: Answer| {
-            self.reject("malformed", &answer.message);
-            answer
-        };
-        let mut raw: Value = serde_json::from_slice(body).map_err(|err| {
-            malformed(invalid(
-                format!("the request body is not JSON: {err}"),
-                generation,
-            ))
-        })?;
-        stages::mark(Stage::BodyParse);
-        // The objects are moved out, not copied: `read_machine` reads them (with field paths
-        // in its errors) and the rest of the review is small.
-        let object = raw.pointer_mut("/request/object").map(Value::take);
-        let old_object = raw.pointer_mut("/request/oldObject").map(Value::take);
-        let request = review_request(&raw, generation).map_err(malformed)?;
-        self.check_kind(endpoint, kind, &request, &served)?;
-        stages::mark(Stage::ReviewDecode);
-        let objects = self.read_objects(&request, object, old_object, &served)?;
-        let machine = &objects.machine;
-        let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
-        stages::mark(Stage::ObjectMapping);
-        // Defaulting an object that is being deleted helps nobody: leave it alone. Only an
-        // UPDATE can be one: kube-apiserver clears the field of a CREATE after defaulting, so
-        // a CREATE carrying it is defaulted like any other.
-        let being_deleted = request.operation == Operation::Update && machine.is_deleting();
-        if endpoint == Endpoint::Mutate && being_deleted {
-            return Err(allow(&request, None, Vec::new(), &served));
-        }
-        let mut warnings = Vec::new();
-        let cluster = match self.find_cluster(kind, &request, &objects, &display, &served)? {
-            Ok(cluster) => Ok(cluster),
-            Err(warning) => {
-                warnings.push(warning);
-                Err(cluster_name_of(&objects.object).unwrap_or_default())
-            }
-        };
-        stages::mark(Stage::ClusterLookup);
-        let policy = policy_request(
-            objects.kind,
-            objects.machine,
-            objects.stored,
-            cluster,
-            served.inventory.clone(),
-        );
-        stages::mark(Stage::RequestBuild);
-        Ok(Job {
-            request,
-            object: objects.object,
-            kind,
-            endpoint,
-            served,
-            policy,
-            display,
-            warnings,
-        })
-    }
-
-    /// Whether this review is one the endpoint decides: the right kind, a create or update of
-    /// the object itself, and a kind the configuration serves.
-    fn check_kind(
-        &self,
-        endpoint: Endpoint,
-        kind: ObjectKind,
-        request: &AdmissionRequest<DynamicObject>,
-        served: &Served,
-    ) -> Result<(), Answer> {
-        let object_kind = &request.kind;
-        if object_kind.group != CAPVCD_GROUP || object_kind.kind != kind.as_str() {
-            let got = if object_kind.group.is_empty() {
-                format!("{} (core)", object_kind.kind)
-            } else {
-                format!("{}.{}", object_kind.kind, object_kind.group)
-            };
-            let message = format!(
-                "{} serves {}.{CAPVCD_GROUP} objects, not {got}; check the webhook configuration's rules",
-                endpoint.path(kind),
-                kind.as_str()
-            );
-            self.reject("wrong_kind", &message);
-            return Err(deny(request, 400, "BadRequest", message, served));
-        }
-        // Status updates and deletions carry no network choice to check.
-        if request
-            .sub_resource
-            .as_deref()
-            .is_some_and(|s| !s.is_empty())
-            || !matches!(request.operation, Operation::Create | Operation::Update)
-        {
-            return Err(allow(request, None, Vec::new(), served));
-        }
-        if !served.chains.contains_key(&kind) {
-            let config = served
-                .config
-                .path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            let message = format!("no policy is configured for {} in {config}", kind.as_str());
-            self.reject("not_served", &message);
-            // A kind the webhook is registered for but serves no chain is never admitted
-            // unchecked (the configuration is at fault, not the policy); a deletion still
-            // finishes.
-            return Err(failure_answer(
-                request,
-                if deleting(request) {
-                    FailureMode::Allow
-                } else {
-                    FailureMode::Deny
-                },
-                500,
-                "InternalError",
-                &message,
-                served,
-            ));
-        }
-        Ok(())
-    }
-
-    /// The object (and, for an UPDATE, the stored one) mapped to the schema.
-    fn read_objects(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-        object: Option<Value>,
-        old_object: Option<Value>,
-        served: &Served,
-    ) -> Result<Objects, Answer> {
-        let bad_request = |message: String| {
-            self.reject("malformed", &message);
-            deny(request, 400, "BadRequest", message, served)
-        };
-        let mut object = object.filter(Value::is_object).ok_or_else(|| {
-            bad_request(format!(
-                "request.object is missing: a {:?} review must carry the object",
-                request.operation
-            ))
-        })?;
-        fill_metadata(&mut object, request);
-        let (kind, machine) = read_machine(&object, "request.object").map_err(bad_request)?;
-        let stored = match request.operation {
-            Operation::Update => {
-                let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
-                        bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
-                    })?;
-                fill_metadata(&mut old, request);
-                let (old_kind, old_machine) =
-                    read_machine(&old, "request.oldObject").map_err(bad_request)?;
-                if old_kind != kind {
-                    return Err(bad_request(format!(
-                        "request.oldObject is a {}, but request.object a {}",
-                        old_kind.as_str(),
-                        kind.as_str()
-                    )));
-                }
-                Some(Stored {
-                    machine: old_machine,
-                    same_cluster: same_cluster(&object, &old),
-                })
-            }
-            _ => None,
-        };
-        Ok(Objects {
-            object,
-            kind,
-            machine,
-            stored,
-        })
-    }
-
-    /// The machine's VCDCluster; `Ok(Err(warning))` when it is not known and the machine is
-    /// to be checked without it ([`UnknownClusterMode::CheckWithoutCluster`], and always for
-    /// an object being deleted, which is never denied); `Err` answers the review right away.
-    fn find_cluster(
-        &self,
-        kind: ObjectKind,
-        request: &AdmissionRequest<DynamicObject>,
-        objects: &Objects,
-        display: &str,
-        served: &Served,
-    ) -> Result<Result<Cluster, String>, Answer> {
-        let namespace = &objects.machine.namespace;
-        let found = cluster_name_of(&objects.object)
-            .ok_or(LookupError::Unnamed {
-                kind: kind.as_str(),
-                owner: if kind == ObjectKind::VcdMachineTemplate {
-                    " and no Cluster owner reference"
-                } else {
-                    ""
-                },
-            })
-            .and_then(|name| self.clusters.vcd_cluster(namespace, &name));
-        let err = match found {
-            Ok(cluster) => return Ok(Ok(cluster)),
-            Err(err) => err,
-        };
-        let message = format!("cannot check the networks of {display}: {err}");
-        let deleting = request.operation == Operation::Update && objects.machine.is_deleting();
-        let mode = if deleting {
-            UnknownClusterMode::CheckWithoutCluster
-        } else {
-            served.on_unknown_cluster()
-        };
-        match mode {
-            UnknownClusterMode::Deny => {
-                self.reject("unknown_cluster", &message);
-                Err(deny(request, 400, "BadRequest", message, served))
-            }
-            UnknownClusterMode::Allow => {
-                self.reject("unknown_cluster", &message);
-                Err(allow(
-                    request,
-                    None,
-                    vec![format!("nicpolicy: networks not checked: {message}")],
-                    served,
-                ))
-            }
-            UnknownClusterMode::CheckWithoutCluster => {
-                self.metrics.reject("unknown_cluster");
-                let machine = display;
-                tracing::info!(machine, "cluster not known: checked without it: {err}");
-                Ok(Err(self.unknown_cluster_warning(display, namespace, &err)))
-            }
-        }
-    }
-
-    /// The warning for a machine checked without its cluster: why the cluster is unknown, what
-    /// was left unchecked, and whether the namespace's only VCDCluster was used (it is not:
-    /// nothing ties the machine to it yet).
-    fn unknown_cluster_warning(&self, display: &str, namespace: &str, err: &LookupError) -> String {
-        let mut warning = unknown_cluster_warning(display, err);
-        if let [one] = self.clusters.vcd_clusters_in(namespace).as_slice() {
-            warning.push_str(&format!(
-                " VCDCluster {one} is the only one in namespace {namespace} but was not used: \
-                 nothing ties this object to it yet."
-            ));
-        }
-        warning
     }
 
     /// The answer to a job, evaluated under the policies' own limits. Blocking.
@@ -651,9 +394,4 @@ impl Reviewer {
         stages::mark(Stage::Patch);
         allow(&job.request, patch, warnings, &job.served)
     }
-}
-
-/// Maps a machine object; errors start with `label`, such as `request.object`.
-fn read_machine(object: &Value, label: &str) -> Result<(ObjectKind, Machine), String> {
-    machine_from_object(object).map_err(|err| format!("{label}: {err}"))
 }
