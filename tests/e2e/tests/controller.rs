@@ -197,8 +197,16 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
     );
     assert!(gone["properties"].get("cluster").is_some());
 
-    // The failures found at start each got a Warning Event naming the field.
+    // The failures found at start each got a Warning Event naming the field. The controller
+    // publishes Events after it writes the report, so they may trail it.
     for name in ["audit-eu1-md-0-dup", "audit-eu1-md-0-typo"] {
+        eventually(REPORT_DEADLINE, &format!("an Event on {name}"), || async {
+            events_about(&client, ns, name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("NetworkPolicyViolation"))
+        })
+        .await;
         let events = events_about(&client, ns, name).await;
         let event = events
             .iter()
