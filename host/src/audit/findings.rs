@@ -82,6 +82,16 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// Each violation of its decision as one line, `field (Reason): message`: what the JUnit
+    /// report of `audit` and the controller's Events carry.
+    pub fn violation_lines(&self) -> Vec<String> {
+        self.decision
+            .iter()
+            .flat_map(|d| &d.violations)
+            .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
+            .collect()
+    }
+
     /// The violations' reasons, for totals by rule.
     pub fn reasons(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.decision

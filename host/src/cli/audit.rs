@@ -456,12 +456,7 @@ fn junit_report(findings: &[Finding], elapsed: std::time::Duration) -> String {
                             Verdict::Skipped => CaseResult::Skipped { message },
                             Verdict::Error | Verdict::Failed => CaseResult::Error { message },
                             Verdict::Denied => {
-                                let lines: Vec<String> = finding
-                                    .decision
-                                    .iter()
-                                    .flat_map(|d| &d.violations)
-                                    .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
-                                    .collect();
+                                let lines = finding.violation_lines();
                                 CaseResult::Failure {
                                     message: lines.first().cloned().unwrap_or_default(),
                                     body: lines.join("\n"),

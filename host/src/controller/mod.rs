@@ -787,13 +787,7 @@ impl Worker {
         }
         let mut published = true;
         for finding in to_send {
-            let violations: Vec<String> = finding
-                .decision
-                .iter()
-                .flat_map(|d| &d.violations)
-                .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
-                .collect();
-            let mut note = violations.join("; ");
+            let mut note = finding.violation_lines().join("; ");
             if note.len() > 1000 {
                 let mut end = 1000;
                 while !note.is_char_boundary(end) {

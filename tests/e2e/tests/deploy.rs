@@ -54,6 +54,18 @@ fn install_crds(kubectl: &Kubectl, fixture: &str, crds: &[&str]) {
     kubectl.ok(&args);
 }
 
+/// cert-manager's Issuer and Certificate CRDs, written for the tests.
+fn install_cert_manager_crds(kubectl: &Kubectl) {
+    install_crds(
+        kubectl,
+        "cert-manager-crds.yaml",
+        &[
+            "crd/issuers.cert-manager.io",
+            "crd/certificates.cert-manager.io",
+        ],
+    );
+}
+
 fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
     let mut all = vec!["get"];
     all.extend(args);
@@ -83,14 +95,7 @@ fn helm(args: &[&str]) -> (bool, String, String) {
 async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_overlay() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    install_crds(
-        &kubectl,
-        "cert-manager-crds.yaml",
-        &[
-            "crd/issuers.cert-manager.io",
-            "crd/certificates.cert-manager.io",
-        ],
-    );
+    install_cert_manager_crds(&kubectl);
     let clone = plane.dir.join("clone");
     copy_tracked("config", &clone);
     copy_tracked("examples/kustomize", &clone);
@@ -231,14 +236,7 @@ async fn config_is_what_the_chart_renders() {
 async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    install_crds(
-        &kubectl,
-        "cert-manager-crds.yaml",
-        &[
-            "crd/issuers.cert-manager.io",
-            "crd/certificates.cert-manager.io",
-        ],
-    );
+    install_cert_manager_crds(&kubectl);
     install_crds(
         &kubectl,
         "prometheus-operator-crds.yaml",
