@@ -1,7 +1,8 @@
 //! Several policies evaluated in order as one: a site adds its own rules in front of (or after)
 //! the CAPVCD policy without rebuilding either.
 //!
-//! How a [`PolicyChain`] combines its policies' decisions:
+//! How a [`PolicyChain`] combines its policies' decisions (the combining itself is
+//! [`nicpolicy_plugin::combine::Combiner`], which the playground page runs too):
 //!
 //! - **Mutation flows forward.** When a policy writes back `extraOvdcNetworks` (a defaulting
 //!   policy), the policies after it see that list as `request.machine.extraOvdcNetworks`, as the
@@ -32,6 +33,13 @@
 //!   made by [`PolicyChain::new`] has no provisioner and reports nothing: the policies' own
 //!   decisions, as case files state them.
 //!
+//! - **Sources** ([`nicpolicy_plugin::source`]): every violation's source names the policy
+//!   that made it ([`Source::policy`](nicpolicy_plugin::Source::policy), set by the chain
+//!   whatever the module wrote there), and so does every planned NIC: the policy that planned
+//!   it, or, for an extra NIC whose network an earlier policy wrote into `extraOvdcNetworks`,
+//!   that earlier policy with the source of its own plan for that network. A module that
+//!   reports no sources (built before they existed) still gets the policy's name.
+//!
 //! Logs are kept per policy ([`ChainEvaluation::steps`]) and together in chain order
 //! ([`ChainEvaluation::logs`], prefixed like the messages).
 
@@ -41,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use nicpolicy_plugin::combine::{stamped, Combiner};
 use nicpolicy_plugin::provisioner::{self, OnUnapplied, Provisioner, Unapplied};
 use nicpolicy_plugin::{Decision, ObjectKind, Request, Violation};
 use serde_json::Value;
@@ -211,7 +220,7 @@ impl ChainEvaluation {
                 ));
             }
             let nics = &theirs.decision.nics;
-            if !nics.is_empty() && *nics != self.decision.nics {
+            if !nics.is_empty() && !nicpolicy_plugin::source::same_plan(nics, &self.decision.nics) {
                 let networks: Vec<&str> = nics.iter().map(|n| n.network.as_str()).collect();
                 warnings.push(format!(
                     "{NOT_APPLIED_PREFIX}: [{}] would plan NICs on {}",
@@ -395,21 +404,18 @@ impl PolicyChain {
         budget: Option<&Budget>,
     ) -> Result<ChainEvaluation, ChainError> {
         let started = Instant::now();
-        let several = self.policies.len() > 1;
-        let label = |name: &str, text: &str, mode: Mode| {
-            if several || mode == Mode::Warn {
+        // The enforced policies' decisions combined as they come: the same code the playground
+        // page runs.
+        let mut combiner = Combiner::new(request, self.policies.len());
+        let label = |combiner: &Combiner, name: &str, text: &str, mode: Mode| {
+            if mode == Mode::Warn {
                 attributed(name, text)
             } else {
-                text.to_string()
+                combiner.label(name, text)
             }
         };
         // Borrowed until a policy rewrites the list: most chains never copy the request.
         let mut current: Cow<'_, Request> = Cow::Borrowed(request);
-        let mut written: Option<Vec<String>> = None;
-        let mut combined = Decision {
-            allowed: true,
-            ..Decision::default()
-        };
         let mut logs = Vec::new();
         let mut steps = Vec::with_capacity(self.policies.len());
         let mut warned = Vec::new();
@@ -428,17 +434,18 @@ impl PolicyChain {
             if let Ok(evaluation) = &result {
                 logs.extend(evaluation.logs.iter().map(|line| LogLine {
                     level: line.level,
-                    message: label(&name, &line.message, mode),
+                    message: label(&combiner, &name, &line.message, mode),
                 }));
             }
             if mode == Mode::Warn {
                 let result = result.map(|mut evaluation| {
                     let decision = &mut evaluation.decision;
                     for v in &mut decision.violations {
-                        v.message = label(&name, &v.message, mode);
+                        v.message = attributed(&name, &v.message);
+                        v.source = Some(stamped(v.source.take(), &name));
                     }
                     for w in &mut decision.warnings {
-                        *w = label(&name, w, mode);
+                        *w = attributed(&name, w);
                     }
                     evaluation
                 });
@@ -461,41 +468,22 @@ impl PolicyChain {
                 len: self.policies.len(),
                 error,
             })?;
-            let decision = &evaluation.decision;
-            combined.allowed &= decision.allowed;
-            combined.strict |= decision.strict;
-            combined
-                .violations
-                .extend(decision.violations.iter().map(|v| Violation {
-                    field: v.field.clone(),
-                    reason: v.reason,
-                    message: label(&name, &v.message, mode),
-                }));
-            combined
-                .warnings
-                .extend(decision.warnings.iter().map(|w| label(&name, w, mode)));
-            combined.nics = decision.nics.clone();
-            combined.vapp_networks = decision.vapp_networks.clone();
-            if let Some(list) = &decision.extra_ovdc_networks {
-                if *list != current.machine.extra_ovdc_networks {
-                    current.to_mut().machine.extra_ovdc_networks = list.clone();
-                }
-                written = Some(list.clone());
+            if let Some(list) = combiner.add(&name, &evaluation.decision) {
+                current.to_mut().machine.extra_ovdc_networks = list.to_vec();
             }
             steps.push(Step {
                 policy: name,
                 evaluation,
             });
         }
-        combined.extra_ovdc_networks = written;
+        let mut combined = combiner.finish();
         let unapplied = self
             .provisioner()
             .map(|(provisioner, on_unapplied)| {
                 provisioner::report(provisioner, on_unapplied, request, &mut combined)
             })
             .unwrap_or_default();
-        // Every policy's in one list, in field order (each policy's came sorted; a chain
-        // interleaves them).
+        // The provisioner's findings join the policies' in field order.
         combined.sort_violations();
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
@@ -509,10 +497,7 @@ impl PolicyChain {
     }
 }
 
-/// A policy's message as a chain attributes it: `[name] text`.
-pub(crate) fn attributed(policy: &str, text: &str) -> String {
-    format!("[{policy}] {text}")
-}
+pub(crate) use nicpolicy_plugin::combine::attributed;
 
 // The tests chain the built-in CAPVCD policy with hand-written modules.
 #[cfg(all(test, feature = "builtin"))]
@@ -521,7 +506,7 @@ mod tests {
     use std::sync::OnceLock;
 
     use nicpolicy_plugin::abi::pack;
-    use nicpolicy_plugin::Reason;
+    use nicpolicy_plugin::{Origin, Reason, Source};
     use serde_json::json;
 
     use super::*;
@@ -640,6 +625,43 @@ mod tests {
     }
 
     #[test]
+    fn sources_name_the_policy_behind_each_nic_and_violation() {
+        // backup-defaults reports no sources (a module from before them) and writes
+        // backup-net; the CAPVCD policy plans every NIC from the list it is given.
+        let chain = PolicyChain::new(backup_defaults())
+            .then(dmz_guard())
+            .then(capvcd());
+        let decision = chain.evaluate(&request()).expect("evaluates").decision;
+        let sources: Vec<&Source> = decision
+            .nics
+            .iter()
+            .map(|nic| nic.source.as_deref().expect("every NIC has a source"))
+            .collect();
+        assert_eq!(sources[0].origin, Some(Origin::ClusterNetwork));
+        assert_eq!(sources[0].policy.as_deref(), Some("nicpolicy-capvcd"));
+        // The machine's own networks: planned by the CAPVCD policy.
+        assert_eq!(sources[1].origin, Some(Origin::Machine));
+        assert_eq!(
+            sources[1].field.as_deref(),
+            Some("spec.extraOvdcNetworks[0]")
+        );
+        assert_eq!(sources[2].policy.as_deref(), Some("nicpolicy-capvcd"));
+        // backup-net was written by backup-defaults: its NIC is that policy's, at the field
+        // where the entry sits now.
+        assert_eq!(decision.nics[3].network, "backup-net");
+        assert_eq!(sources[3].policy.as_deref(), Some("backup-defaults"));
+        assert_eq!(sources[3].rule, None);
+        assert_eq!(
+            sources[3].field.as_deref(),
+            Some("spec.extraOvdcNetworks[2]")
+        );
+        let violation = &decision.violations[0];
+        let source = violation.source.as_ref().expect("stamped");
+        assert_eq!(source.policy.as_deref(), Some("dmz-guard"));
+        assert_eq!(source.rule, None, "the module names no rule");
+    }
+
+    #[test]
     fn chain_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<PolicyChain>();
@@ -649,10 +671,18 @@ mod tests {
     #[test]
     fn a_chain_of_one_is_the_policy() {
         let request = request();
-        let alone = capvcd().evaluate(&request).expect("evaluates").decision;
+        let mut alone = capvcd().evaluate(&request).expect("evaluates").decision;
         let chained = PolicyChain::new(capvcd())
             .evaluate(&request)
             .expect("evaluates");
+        // The same decision; the chain names the policy in each source.
+        for nic in &mut alone.nics {
+            let source = nic
+                .source
+                .as_mut()
+                .expect("the SDK names every NIC's source");
+            source.policy = Some("nicpolicy-capvcd".into());
+        }
         assert_eq!(chained.decision, alone);
         assert_eq!(chained.steps.len(), 1);
         assert_eq!(PolicyChain::new(capvcd()).name(), "nicpolicy-capvcd");

@@ -23,6 +23,10 @@ pub enum RequestFormat {
     /// decision in the binary decision format ([`nicpolicy_plugin::binary::decision`]), which
     /// the host checks as it checks JSON. Modules built with the SDK have it.
     Binary2,
+    /// As [`RequestFormat::Binary2`], to `nicpolicy_evaluate_binary3`, with the decision in
+    /// version 2 of the binary decision format, which carries each NIC's and violation's
+    /// source. Modules built with the SDK since sources exist have it.
+    Binary3,
 }
 
 impl RequestFormat {
@@ -32,6 +36,7 @@ impl RequestFormat {
             RequestFormat::Json => abi::EXPORT_EVALUATE,
             RequestFormat::Binary1 => abi::EXPORT_EVALUATE_BINARY1,
             RequestFormat::Binary2 => abi::EXPORT_EVALUATE_BINARY2,
+            RequestFormat::Binary3 => abi::EXPORT_EVALUATE_BINARY3,
         }
     }
 }
@@ -42,6 +47,7 @@ impl std::fmt::Display for RequestFormat {
             RequestFormat::Json => "JSON",
             RequestFormat::Binary1 => "binary v1",
             RequestFormat::Binary2 => "binary v2",
+            RequestFormat::Binary3 => "binary v3",
         })
     }
 }
@@ -459,7 +465,7 @@ pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
 
 /// The exports ABI v1 allows beside the required ones, with their types: a module need not
 /// have them, but one that does must give them this type.
-pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 2] {
+pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 3] {
     [
         (
             abi::EXPORT_EVALUATE_BINARY1,
@@ -468,6 +474,11 @@ pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 2] {
         ),
         (
             abi::EXPORT_EVALUATE_BINARY2,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+        (
+            abi::EXPORT_EVALUATE_BINARY3,
             func(&["i32", "i32"], &["i64"]),
             "func (i32, i32) -> i64",
         ),
@@ -558,15 +569,19 @@ impl ModuleInfo {
 
     /// The request formats the module takes, oldest first: JSON always, binary v1 when it
     /// exports `nicpolicy_evaluate_binary1`, binary v2 when it exports
-    /// `nicpolicy_evaluate_binary2`.
+    /// `nicpolicy_evaluate_binary2`, binary v3 when it exports `nicpolicy_evaluate_binary3`.
     pub fn request_formats(&self) -> Vec<RequestFormat> {
         let has = |format: &RequestFormat| self.exports.iter().any(|e| e.name == format.export());
         // JSON is the ABI itself: a module without its export fails the ABI check instead.
         std::iter::once(RequestFormat::Json)
             .chain(
-                [RequestFormat::Binary1, RequestFormat::Binary2]
-                    .into_iter()
-                    .filter(has),
+                [
+                    RequestFormat::Binary1,
+                    RequestFormat::Binary2,
+                    RequestFormat::Binary3,
+                ]
+                .into_iter()
+                .filter(has),
             )
             .collect()
     }
@@ -705,6 +720,7 @@ mod tests {
         for (name, format) in [
             ("nicpolicy_evaluate_binary1", RequestFormat::Binary1),
             ("nicpolicy_evaluate_binary2", RequestFormat::Binary2),
+            ("nicpolicy_evaluate_binary3", RequestFormat::Binary3),
         ] {
             let with = |ty: &str| {
                 GOOD.replace(

@@ -129,6 +129,8 @@ struct Exports {
     evaluate_binary1: Option<ModuleExport>,
     /// `nicpolicy_evaluate_binary2`, when the module has it.
     evaluate_binary2: Option<ModuleExport>,
+    /// `nicpolicy_evaluate_binary3`, when the module has it.
+    evaluate_binary3: Option<ModuleExport>,
 }
 
 pub use crate::inspect::RequestFormat;
@@ -231,6 +233,7 @@ impl Policy {
             // Its type was checked with the others (ModuleInfo::check_abi).
             evaluate_binary1: module.get_export_index(abi::EXPORT_EVALUATE_BINARY1),
             evaluate_binary2: module.get_export_index(abi::EXPORT_EVALUATE_BINARY2),
+            evaluate_binary3: module.get_export_index(abi::EXPORT_EVALUATE_BINARY3),
         };
         // The newest (and fastest) format the module takes.
         let request_format = info
@@ -319,6 +322,9 @@ impl Policy {
             RequestFormat::Binary2 => {
                 Some((exports.evaluate_binary2.as_ref()?, decode_binary_decision))
             }
+            RequestFormat::Binary3 => {
+                Some((exports.evaluate_binary3.as_ref()?, decode_binary_decision))
+            }
         }
     }
 
@@ -390,7 +396,7 @@ impl Policy {
         };
         let input = match format {
             RequestFormat::Json => encode_request(request).map_err(|err| err.to_string()),
-            RequestFormat::Binary1 | RequestFormat::Binary2 => {
+            RequestFormat::Binary1 | RequestFormat::Binary2 | RequestFormat::Binary3 => {
                 let mut input = Vec::with_capacity(1024);
                 binary::encode(request, &mut input)
                     .map(|()| input)

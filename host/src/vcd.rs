@@ -340,6 +340,7 @@ pub fn parse_section(xml: &str) -> Result<VmNics, SectionError> {
                     ip_address: r.ip_address,
                     adapter_type: r.adapter.unwrap_or(AdapterType::Vmxnet3),
                     connected: r.connected.unwrap_or(true),
+                    source: None,
                 },
                 mac_address: r.mac,
             }

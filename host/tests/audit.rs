@@ -62,6 +62,7 @@ fn a_folder_of_clusters_is_audited_machine_by_machine() {
     assert_eq!(report["summary"]["objects"], 7);
     assert_eq!(report["summary"]["clusters"], 3);
     assert_eq!(report["summary"]["reasons"]["Duplicate"], 2);
+    assert_eq!(report["summary"]["rules"]["capvcd/primary-repeated"], 1);
     // Grouped by cluster: prod-us1's VCDCluster has another name, found through the Cluster.
     let clusters: Vec<&str> = report["clusters"]
         .as_array()
@@ -84,12 +85,12 @@ fn the_table_says_why_and_totals_by_rule() {
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("Cluster prod-us1/prod-us1"), "{text}");
     assert!(
-        text.contains("spec.template.spec.extraOvdcNetworks[2] (Duplicate)"),
+        text.contains("spec.template.spec.extraOvdcNetworks[2] (Duplicate, capvcd/duplicate)"),
         "{text}"
     );
     // The edge cluster's network is not in the inventory.
     assert!(
-        text.contains("cluster.spec.ovdcNetwork (NotFound)"),
+        text.contains("cluster.spec.ovdcNetwork (NotFound, capvcd/inventory)"),
         "{text}"
     );
     assert!(
@@ -97,7 +98,11 @@ fn the_table_says_why_and_totals_by_rule() {
         "{text}"
     );
     assert!(
-        text.contains("Violations by rule:\n  Duplicate     2\n  NotFound      1"),
+        text.contains(
+            "Violations by reason:\n  Duplicate     2\n  NotFound      1\nViolations by rule:\n  \
+             capvcd/duplicate         1\n  capvcd/inventory         1\n  \
+             capvcd/primary-repeated  1\n"
+        ),
         "{text}"
     );
 }

@@ -12,6 +12,7 @@
 //! | `nicpolicy_validate_settings` | `(ptr: i32, len: i32) -> i64` | settings JSON in, verdict out |
 //! | `nicpolicy_evaluate_binary1` (optional) | `(ptr: i32, len: i32) -> i64` | request in the [binary format](crate::binary), decision JSON out |
 //! | `nicpolicy_evaluate_binary2` (optional) | `(ptr: i32, len: i32) -> i64` | request in the binary format, decision in the [binary decision format](crate::binary::decision) |
+//! | `nicpolicy_evaluate_binary3` (optional) | `(ptr: i32, len: i32) -> i64` | as `binary2`, decision in version 2 of that format (with [sources](crate::source)) |
 //!
 //! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
 //! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
@@ -36,6 +37,11 @@ pub const EXPORT_EVALUATE_BINARY1: &str = "nicpolicy_evaluate_binary1";
 /// both ways, the same decision as [`EXPORT_EVALUATE`]. Modules built with
 /// [`export_policy!`](crate::export_policy) have it.
 pub const EXPORT_EVALUATE_BINARY2: &str = "nicpolicy_evaluate_binary2";
+/// Optional export like [`EXPORT_EVALUATE_BINARY2`] answering in version 2 of the binary
+/// decision format, which carries each NIC's and violation's [source](crate::source). A host
+/// that knows it prefers it; an older host calls [`EXPORT_EVALUATE_BINARY2`] of the same
+/// module. Modules built with [`export_policy!`](crate::export_policy) have it.
+pub const EXPORT_EVALUATE_BINARY3: &str = "nicpolicy_evaluate_binary3";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
 /// Export holding the linear memory.
@@ -378,6 +384,12 @@ macro_rules! export_policy {
             pub extern "C" fn nicpolicy_evaluate_binary2(ptr: u32, len: u32) -> u64 {
                 // SAFETY: as above.
                 unsafe { $crate::guest::evaluate_binary2(ptr, len, $evaluate) }
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_evaluate_binary3(ptr: u32, len: u32) -> u64 {
+                // SAFETY: as above.
+                unsafe { $crate::guest::evaluate_binary3(ptr, len, $evaluate) }
             }
 
             #[no_mangle]

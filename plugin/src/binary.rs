@@ -32,7 +32,9 @@ use crate::schema::{
     RequestRef, Role, Zone,
 };
 
-pub use decision::{decode_output, encode_output, DECISION_MAGIC};
+pub use decision::{
+    decode_output, encode_output, encode_output_v2, DECISION_MAGIC, DECISION_MAGIC_V2,
+};
 
 /// The first four bytes of a request in this format: `NPB` and the format's version.
 pub const MAGIC: [u8; 4] = *b"NPB\x01";
@@ -90,7 +92,7 @@ impl fmt::Display for FormatError {
             ),
             Problem::NotBinaryDecision => write!(
                 f,
-                "not a binary decision (it must start with NPD and version byte 1)"
+                "not a binary decision (it must start with NPD and version byte 1 or 2)"
             ),
             Problem::Truncated => write!(f, "the input ends inside the field"),
             Problem::NotUtf8 => write!(f, "the string is not UTF-8"),

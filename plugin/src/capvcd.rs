@@ -34,11 +34,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::settings::{self, PolicySettings};
+use crate::source::{Origin, Source};
 
 use crate::schema::{
     AdapterType, Decision, Inventory, IpAllocationMode, Machine, Network, NetworkType, Nic,
     Operation, Reason, Request, Role, Violation,
 };
+
+/// The rule names the CAPVCD rules report in each violation's and NIC's [`Source`].
+pub mod rules {
+    /// Empty or malformed network names.
+    pub const NETWORK_NAME: &str = "capvcd/network-name";
+    /// A network listed twice.
+    pub const DUPLICATE: &str = "capvcd/duplicate";
+    /// More NICs than `maxNics`.
+    pub const MAX_NICS: &str = "capvcd/max-nics";
+    /// NIC 0 cannot be resolved from the VCDCluster.
+    pub const PRIMARY_NETWORK: &str = "capvcd/primary-network";
+    /// The primary network listed again as an extra network.
+    pub const PRIMARY_REPEATED: &str = "capvcd/primary-repeated";
+    /// A network the org VDC does not have.
+    pub const INVENTORY: &str = "capvcd/inventory";
+    /// An address mode or adapter that cannot work.
+    pub const NIC_SETUP: &str = "capvcd/nic-setup";
+    /// A changed NIC list on a provisioned machine.
+    pub const PROVISIONED_UPDATE: &str = "capvcd/provisioned-update";
+    /// The NIC plan: NIC 0 from the VCDCluster, then the machine's extra networks.
+    pub const PLAN: &str = "capvcd/plan";
+}
 
 /// Cloud Director attaches at most this many NICs to one VM.
 pub const VCD_MAX_NICS: u32 = 10;
@@ -152,7 +175,15 @@ impl Settings {
                 .get(network)
                 .and_then(|n| n.connected)
                 .unwrap_or(true),
+            source: None,
         }
+    }
+
+    /// The setting that shapes NICs on `network`: its `networks` entry, when it has one.
+    pub fn network_setting(&self, network: &str) -> Option<String> {
+        self.networks
+            .contains_key(network)
+            .then(|| format!("networks.{network}"))
     }
 
     /// The address mode of a NIC on `network` (the same for every NIC index). Checks ask
@@ -243,6 +274,11 @@ impl Primary {
 /// `ovdcNetworkName` of the machine's failure-domain zone; [`Primary::ClusterUnknown`] when the
 /// request says the cluster is not known yet.
 pub fn resolve_primary(request: &Request, machine: &Machine) -> Result<Primary, Violation> {
+    resolve_primary_untagged(request, machine)
+        .map_err(|v| v.with_source(Source::rule(rules::PRIMARY_NETWORK)))
+}
+
+fn resolve_primary_untagged(request: &Request, machine: &Machine) -> Result<Primary, Violation> {
     if request.cluster_unknown {
         return Ok(Primary::ClusterUnknown);
     }
@@ -428,6 +464,7 @@ fn check_names_at(request: &Request, fields: &ExtraFields<'_>) -> Vec<Violation>
                     format!(" {name:?}")
                 };
                 Violation::new(fields.at(i), reason, format!("network name{shown} {why}"))
+                    .with_source(Source::rule(rules::NETWORK_NAME))
             })
         })
         .collect()
@@ -463,14 +500,17 @@ fn check_duplicates_at(request: &Request, fields: &ExtraFields<'_>) -> Vec<Viola
     let mut violations = Vec::new();
     for (i, name) in extras.iter().enumerate() {
         if let (false, Some(first)) = (name.is_empty(), earlier[i]) {
-            violations.push(Violation::new(
-                fields.at(i),
-                Reason::Duplicate,
-                format!(
+            violations.push(
+                Violation::new(
+                    fields.at(i),
+                    Reason::Duplicate,
+                    format!(
                     "network {name:?} is already listed at {}; each network can be attached once",
                     fields.at(first)
                 ),
-            ));
+                )
+                .with_source(Source::rule(rules::DUPLICATE)),
+            );
         }
     }
     violations
@@ -544,7 +584,10 @@ fn check_primary_repeated_at(
             },
             Primary::Network { .. } | Primary::Unresolved | Primary::ClusterUnknown => continue,
         };
-        violations.push(Violation::new(fields.at(i), Reason::Duplicate, message));
+        violations.push(
+            Violation::new(fields.at(i), Reason::Duplicate, message)
+                .with_source(Source::rule(rules::PRIMARY_REPEATED)),
+        );
     }
     violations
 }
@@ -574,7 +617,8 @@ pub fn check_nic_count(request: &Request, settings: &Settings) -> Vec<Violation>
             settings.max_nics - 1,
             networks(settings.max_nics as usize - 1),
         ),
-    )]
+    )
+    .with_source(Source::rule(rules::MAX_NICS).with_setting("maxNics"))]
 }
 
 fn networks(count: usize) -> &'static str {
@@ -608,11 +652,14 @@ fn check_inventory_at(
         let hint = closest(name, index.names())
             .map(|near| format!("; did you mean {near:?}?"))
             .unwrap_or_default();
-        Some(Violation::new(
-            field(),
-            Reason::NotFound,
-            format!("{what} {name:?} is not a network of the org VDC{hint}"),
-        ))
+        Some(
+            Violation::new(
+                field(),
+                Reason::NotFound,
+                format!("{what} {name:?} is not a network of the org VDC{hint}"),
+            )
+            .with_source(Source::rule(rules::INVENTORY)),
+        )
     };
     let mut violations: Vec<Violation> = primary
         .candidates()
@@ -718,15 +765,25 @@ fn check_nic_setup_at(
         if matches!(at, SetAt::Primary(_))
             && settings.ip_allocation_mode(network) == IpAllocationMode::None
         {
-            violations.push(Violation::new(
-                field(),
-                Reason::Invalid,
-                format!(
+            violations.push(
+                Violation::new(
+                    field(),
+                    Reason::Invalid,
+                    format!(
                     "the primary NIC on {network:?} would get no address (ipAllocationMode NONE \
                      in the policy settings); machine addresses come from the primary NIC, so \
                      the node would never become ready"
                 ),
-            ));
+                )
+                .with_source(Source::rule(rules::NIC_SETUP).with_setting(
+                    setting_of(
+                        settings,
+                        network,
+                        "ipAllocationMode",
+                        "defaultIpAllocationMode",
+                    ),
+                )),
+            );
         }
         if settings.adapter_type(network) == AdapterType::SriovEthernetCard {
             let network_type = request
@@ -739,19 +796,38 @@ fn check_nic_setup_at(
                 })
                 .and_then(|n| n.network_type);
             if let Some(kind) = network_type.filter(|t| *t != NetworkType::Direct) {
-                violations.push(Violation::new(
-                    field(),
-                    Reason::Invalid,
-                    format!(
-                        "network {network:?} is {}, but SR-IOV NICs (adapterType \
+                violations.push(
+                    Violation::new(
+                        field(),
+                        Reason::Invalid,
+                        format!(
+                            "network {network:?} is {}, but SR-IOV NICs (adapterType \
                          SRIOVETHERNETCARD in the policy settings) need a direct network",
-                        kind.as_str()
-                    ),
-                ));
+                            kind.as_str()
+                        ),
+                    )
+                    .with_source(Source::rule(rules::NIC_SETUP).with_setting(
+                        setting_of(settings, network, "adapterType", "defaultAdapterType"),
+                    )),
+                );
             }
         }
     }
     violations
+}
+
+/// The setting that gives `network`'s NICs their `key`: the network's own entry when it sets
+/// the key, else the policy-wide `default`.
+fn setting_of(settings: &Settings, network: &str, key: &str, default: &str) -> String {
+    let own = settings.networks.get(network).is_some_and(|n| match key {
+        "ipAllocationMode" => n.ip_allocation_mode.is_some(),
+        _ => n.adapter_type.is_some(),
+    });
+    if own {
+        format!("networks.{network}.{key}")
+    } else {
+        default.to_string()
+    }
 }
 
 /// On UPDATE of a provisioned machine, a changed NIC list (CAPVCD would hot-remove and
@@ -818,22 +894,51 @@ pub fn check_provisioned_update(
                      instead, or set allowNicChangesOnProvisioned"
                 ),
             )
+            .with_source(
+                Source::rule(rules::PROVISIONED_UPDATE)
+                    .with_setting("allowNicChangesOnProvisioned"),
+            )
         })
         .collect();
     (violations, Vec::new())
 }
 
-/// The NIC plan: the primary as NIC 0 (when known), then the extras in order.
+/// The NIC plan: the primary as NIC 0 (when known), then the extras in order, each with its
+/// [`Source`].
 pub fn plan_nics(request: &Request, settings: &Settings, primary: &Primary) -> Vec<Nic> {
+    plan_nics_at(request, settings, primary, &ExtraFields::of(request))
+}
+
+fn plan_nics_at(
+    request: &Request,
+    settings: &Settings,
+    primary: &Primary,
+    fields: &ExtraFields<'_>,
+) -> Vec<Nic> {
     if *primary == Primary::Unresolved {
         return Vec::new();
     }
+    let sourced = |mut nic: Nic, origin: Origin, field: String| {
+        let mut source = Source::nic(origin, field, rules::PLAN);
+        source.setting = settings.network_setting(&nic.network);
+        nic.source = Some(Box::new(source));
+        nic
+    };
     let mut nics = Vec::with_capacity(request.machine.extra_ovdc_networks.len() + 1);
-    if let Some(name) = primary.name() {
-        nics.push(settings.nic(0, name));
+    if let Primary::Network { name, field } = primary {
+        let origin = if request.cluster.is_multi_zone() {
+            Origin::Zone
+        } else {
+            Origin::ClusterNetwork
+        };
+        nics.push(sourced(settings.nic(0, name), origin, field.clone()));
     }
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
-        nics.push(settings.nic(i as u32 + 1, name));
+        nics.push(sourced(
+            settings.nic(i as u32 + 1, name),
+            Origin::Machine,
+            fields.at(i),
+        ));
     }
     nics
 }
@@ -934,7 +1039,7 @@ pub fn evaluate_fields(
     let mut warnings = advise(request, settings, &primary);
     warnings.extend(update_warnings);
 
-    let nics = plan_nics(request, settings, &primary);
+    let nics = plan_nics_at(request, settings, &primary, fields);
     Decision {
         allowed: violations.is_empty(),
         vapp_networks: vapp_networks(&nics),

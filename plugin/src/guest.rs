@@ -83,15 +83,31 @@ pub fn evaluate_binary_request(input: &[u8], policy: fn(&Request) -> Decision) -
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
 /// decision (or the error) in the [binary decision format](crate::binary::decision).
 pub fn evaluate_binary_both(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    let output = decide(binary_request(input), policy);
+    binary_output(
+        &decide(binary_request(input), policy),
+        crate::binary::encode_output,
+    )
+}
+
+/// [`evaluate_binary_both`] answering in version 2 of the decision format (with sources).
+pub fn evaluate_binary_sourced(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    binary_output(
+        &decide(binary_request(input), policy),
+        crate::binary::encode_output_v2,
+    )
+}
+
+type Encoder = fn(&EvaluateOutput, &mut Vec<u8>) -> Result<(), crate::binary::FormatError>;
+
+fn binary_output(output: &EvaluateOutput, encode: Encoder) -> Vec<u8> {
     let mut out = Vec::with_capacity(OUTPUT_CAPACITY);
     // Only a string over 4 GiB could fail, which no instance holds; answer an error anyway.
-    if crate::binary::encode_output(&output, &mut out).is_err() {
+    if encode(output, &mut out).is_err() {
         out.clear();
         let error = EvaluateOutput::Error {
             error: "policy could not encode its decision".into(),
         };
-        let _ = crate::binary::encode_output(&error, &mut out);
+        let _ = encode(&error, &mut out);
     }
     out
 }
@@ -162,6 +178,16 @@ pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decisi
 /// returned `ptr`.
 pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_binary_both(input(ptr, len), policy))
+}
+
+/// Runs `policy` on the binary request at `ptr`/`len` and returns the packed binary decision,
+/// version 2 (with sources).
+///
+/// # Safety
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
+pub unsafe fn evaluate_binary3(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
+    emit(evaluate_binary_sourced(input(ptr, len), policy))
 }
 
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.

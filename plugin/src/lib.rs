@@ -8,11 +8,15 @@
 //! - [`abi`]: the module's exports, import and metadata section (ABI v1), and
 //!   [`export_policy!`] which wires a policy function up to them;
 //! - [`binary`]: the binary request and decision formats a host and policy may use instead of
-//!   JSON (request version 1, decision version 1);
+//!   JSON (request version 1, decision versions 1 and 2, 2 carrying sources);
+//! - [`source`]: where a decision's NICs and violations come from (rule, setting, field),
+//!   which `nicpolicy eval --explain` shows;
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
 //! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
 //!   plan annotation);
 //! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests;
+//! - `combine` (feature `lifecycle`): how a chain of policies makes one decision, for the host
+//!   and the playground alike;
 //! - `lifecycle` (feature `lifecycle`): the rules every host applies around a decision so that
 //!   no answer blocks a cluster's lifecycle (deletions, unknown clusters, ratcheted updates);
 //! - `objects` (feature `objects`): Kubernetes objects mapped to the schema, and the steps from
@@ -39,6 +43,8 @@
 pub mod abi;
 pub mod binary;
 pub mod capvcd;
+#[cfg(feature = "lifecycle")]
+pub mod combine;
 pub mod guest;
 #[cfg(feature = "js")]
 pub mod js;
@@ -53,6 +59,7 @@ pub mod objects;
 pub mod provisioner;
 pub mod schema;
 pub mod settings;
+pub mod source;
 pub mod testing;
 
 pub use guest::log;
@@ -60,3 +67,4 @@ pub use schema::{
     AdapterType, Cluster, Decision, Inventory, IpAllocationMode, Machine, Network, NetworkType,
     Nic, ObjectKind, Operation, Reason, Request, Role, Violation, Zone,
 };
+pub use source::{Origin, Source};

@@ -19,7 +19,9 @@ pub const NIC_PLAN_ANNOTATION: &str = "nicpolicy.io/nic-plan";
 pub struct NicPlan<'a> {
     /// The policy (or chain of policies) that planned it.
     pub policy: &'a str,
-    /// Every NIC, NIC 0 first.
+    /// Every NIC, NIC 0 first (their sources left out: the annotation says what will be
+    /// built, and stays the same when only an explanation changes).
+    #[serde(serialize_with = "without_sources")]
     pub nics: &'a [Nic],
     /// The vApp networks the machine needs.
     pub vapp_networks: &'a [String],
@@ -31,6 +33,13 @@ impl NicPlan<'_> {
     pub fn text(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+fn without_sources<S: serde::Serializer>(nics: &&[Nic], out: S) -> Result<S::Ok, S::Error> {
+    out.collect_seq(nics.iter().map(|nic| Nic {
+        source: None,
+        ..nic.clone()
+    }))
 }
 
 /// Writes what `decision` defaults into `object` (a VCDMachine, or a VCDMachineTemplate whose
@@ -116,6 +125,7 @@ mod tests {
                 ip_address: None,
                 adapter_type: AdapterType::Vmxnet3,
                 connected: true,
+                source: Some(Box::new(crate::Source::rule("capvcd/plan"))),
             }],
             extra_ovdc_networks: Some(extras.iter().map(|s| s.to_string()).collect()),
             vapp_networks: vec!["mgmt-net".to_string()],
@@ -146,10 +156,11 @@ mod tests {
         let text = object["metadata"]["annotations"][NIC_PLAN_ANNOTATION]
             .as_str()
             .unwrap();
-        assert_eq!(
-            serde_json::from_str::<Value>(text).unwrap()["policy"],
-            "nicpolicy-capvcd"
-        );
+        let written = serde_json::from_str::<Value>(text).unwrap();
+        assert_eq!(written["policy"], "nicpolicy-capvcd");
+        // The plan says what will be built; why is not stored in the object.
+        assert!(written["nics"][0].get("source").is_none(), "{written}");
+        assert_eq!(written["nics"][0]["network"], "mgmt-net");
         // Applying again changes nothing.
         assert!(!apply(
             ObjectKind::VcdMachineTemplate,

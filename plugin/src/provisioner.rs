@@ -169,6 +169,9 @@ fn object_field(kind: ObjectKind, index: u32) -> String {
 
 /// The prefix of every warning (and denial message) about an unapplied field.
 pub const UNAPPLIED_PREFIX: &str = "nicpolicy: not built as planned: ";
+/// The rule named in the source of a violation of [`OnUnapplied::Deny`]: the host's, not a
+/// policy's (the policy planned something the provisioner does not build).
+pub const NOT_APPLIED_RULE: &str = "nicpolicy/not-applied";
 
 /// Every field of `decision`'s plan that `provisioner` will not apply, NIC by NIC in field
 /// order. The NICs are compared with what the provisioner builds from the machine's networks:
@@ -292,15 +295,21 @@ pub fn report(
                 .warnings
                 .push(format!("{UNAPPLIED_PREFIX}{message}")),
             OnUnapplied::Deny => {
-                decision.violations.push(Violation::new(
-                    item.object_field.clone(),
-                    Reason::NotSupported,
-                    format!(
-                        "{message}; the plan must describe the VM {} builds \
+                decision.violations.push(
+                    Violation::new(
+                        item.object_field.clone(),
+                        Reason::NotSupported,
+                        format!(
+                            "{message}; the plan must describe the VM {} builds \
                          (provisioner.onUnapplied: Deny)",
-                        provisioner.name
+                            provisioner.name
+                        ),
+                    )
+                    .with_source(
+                        crate::Source::rule(NOT_APPLIED_RULE)
+                            .with_setting("provisioner.onUnapplied"),
                     ),
-                ));
+                );
                 decision.allowed = false;
             }
         }

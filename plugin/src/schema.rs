@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::source::Source;
+
 /// Label that names the Cluster API cluster a machine belongs to.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Label that marks control-plane machines (its value does not matter).
@@ -532,6 +534,9 @@ pub struct Nic {
     pub adapter_type: AdapterType,
     /// `IsConnected`.
     pub connected: bool,
+    /// Where the NIC's network came from (see [`crate::source`]); optional in every format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Box<Source>>,
 }
 
 impl Nic {
@@ -546,6 +551,7 @@ impl Nic {
             ip_address: None,
             adapter_type: AdapterType::Vmxnet3,
             connected: true,
+            source: None,
         }
     }
 }
@@ -624,6 +630,9 @@ pub struct Violation {
     pub reason: Reason,
     /// What is wrong and how to fix it.
     pub message: String,
+    /// The rule and setting behind it (see [`crate::source`]); optional in every format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Box<Source>>,
 }
 
 impl Violation {
@@ -633,6 +642,7 @@ impl Violation {
             field: field.into(),
             reason,
             message: message.into(),
+            source: None,
         }
     }
 

@@ -270,7 +270,7 @@ fn evaluations(rounds: usize, batch: usize, marked: Option<&[u8]>) {
             .expect("the SDK's module takes every format")
     };
     let (json, binary1) = (format(RequestFormat::Json), format(RequestFormat::Binary1));
-    assert_eq!(builtin.request_format(), RequestFormat::Binary2);
+    assert_eq!(builtin.request_format(), RequestFormat::Binary3);
     let mut variants: Vec<(String, Evaluator)> = vec![
         ("native round trip".to_string(), Box::new(native_round_trip)),
         (

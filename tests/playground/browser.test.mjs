@@ -114,11 +114,16 @@ function pictureOf(page, name) {
       primary: g.dataset.primary === "true",
       placeholder: g.dataset.placeholder === "true",
       violations: g.dataset.violations ? g.dataset.violations.split(",").map(Number) : [],
+      source: g.dataset.source ?? null,
     }));
+    const notes = [...card.querySelectorAll("svg.picture g.violation-note")]
+      .map((g) => [Number(g.dataset.number), g.dataset.source])
+      .sort((a, b) => a[0] - b[0])
+      .map(([, source]) => source);
     const marks = [...card.querySelectorAll("svg.picture g.violation-mark")].map((g) => g.dataset.field);
     const unknown = [...card.querySelectorAll("svg.picture g.network.unknown")].map((g) => g.dataset.network);
     const vapp = card.querySelector("svg.picture .vapp-label")?.textContent ?? null;
-    return { decision: card.dataset.decision, nics, marks, unknown, vapp };
+    return { decision: card.dataset.decision, nics, marks, unknown, vapp, notes };
   }, name);
 }
 
@@ -147,6 +152,12 @@ test("the README example: three NICs in order, NIC 0 primary, the table of nicpo
   assert.equal(picture.vapp, "vApp networks (3)");
   const args = ["--cluster", file("examples/cluster.yaml"), "--machine", file("examples/machine.yaml"), "--inventory", file("examples/inventory.yaml")];
   assert.equal(await evalText(page, "prod-eu1-md-0-x7k2p"), cliEval(args));
+  // Each NIC's hover says where it comes from in the words of `nicpolicy eval --explain`.
+  const explained = cliEval([...args, "--explain"]);
+  for (const nic of picture.nics) {
+    assert.match(nic.source, /rule capvcd\/plan, policy nicpolicy-capvcd$/);
+    assert.ok(explained.split("\n").some((line) => line.trim().startsWith(`NIC ${nic.index}`) && line.endsWith(nic.source)), `NIC ${nic.index}: ${nic.source}\n${explained}`);
+  }
   await page.screenshot({ path: path.join(shots, "readme-example.png"), fullPage: true });
   await page.close();
 });
@@ -182,6 +193,13 @@ test("the invalid machine: the duplicates and the unknown network are marked whe
   );
   assert.deepEqual(picture.unknown, ["storag-net"]);
   assert.equal(await evalText(page, name), cliEval(args));
+  // Each violation's note names the rule behind it, as `nicpolicy eval --explain` does.
+  const from = cliEval([...args, "--explain"])
+    .split("\n")
+    .filter((line) => line.startsWith("    from: "))
+    .map((line) => line.slice("    from: ".length));
+  assert.deepEqual(picture.notes, from);
+  assert.match(from[2], /^rule capvcd\/inventory, policy nicpolicy-capvcd$/);
   const violations = await page.locator(`article.machine[data-name="${name}"] ol.violations li`).allTextContents();
   assert.equal(violations.length, 3);
   assert.match(violations[2], /spec\.extraOvdcNetworks\[4\].*NotFound.*did you mean "storage-net"/);

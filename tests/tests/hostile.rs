@@ -543,8 +543,10 @@ fn binary_decisions_are_held_to_the_rules_of_json_ones() {
         policy
     };
 
-    // Well formed and coherent: taken as it is.
-    let plan = nicpolicy_plugin::capvcd::evaluate(&request());
+    // Well formed and coherent: taken as it is (binary2 speaks decision format 1, which has
+    // no sources).
+    let mut plan = nicpolicy_plugin::capvcd::evaluate(&request());
+    nicpolicy_plugin::source::strip(&mut plan);
     assert_eq!(plan.nics.len(), 3);
     let policy = load(&binary_output(&EvaluateOutput::Decision(plan.clone())));
     assert_eq!(policy.evaluate(&request()).expect("decides").decision, plan);

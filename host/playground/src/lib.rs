@@ -89,6 +89,89 @@ pub fn not_built_as_planned(request: &str, decision: &str) -> String {
     }
 }
 
+/// A NIC's or violation's source (JSON, as a decision carries it) in the words `nicpolicy eval
+/// --explain` uses (`nicpolicy_plugin::Source::describe`); `not reported` for `null` or
+/// anything that is not a source.
+#[wasm_bindgen(js_name = describeSource)]
+pub fn describe_source(source: &str) -> String {
+    serde_json::from_str::<Option<nicpolicy_plugin::Source>>(source)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .describe()
+}
+
+/// The host chain's combining (`nicpolicy_plugin::combine::Combiner`), step by step: the page
+/// evaluates each policy with its JS build and hands the decision here, so the page combines a
+/// chain exactly as `nicpolicy eval` and the webhook do (messages, order, write-backs, sources).
+///
+/// ```js
+/// const combine = new Combine(JSON.stringify(request), chain.length);
+/// const step = JSON.parse(combine.add("site", JSON.stringify(decision)));
+/// // step.extraOvdcNetworks: the list the next policy sees, when this one rewrote it
+/// const { decision } = JSON.parse(combine.finish());
+/// ```
+#[wasm_bindgen]
+pub struct Combine {
+    /// `None` once finished, or when the request could not be read (`error` says why).
+    combiner: Option<nicpolicy_plugin::combine::Combiner>,
+    error: Option<String>,
+}
+
+#[wasm_bindgen]
+impl Combine {
+    /// A combiner for `request` (JSON) in a chain of `policies` policies.
+    #[wasm_bindgen(constructor)]
+    pub fn new(request: &str, policies: usize) -> Combine {
+        match serde_json::from_str::<nicpolicy_plugin::Request>(request) {
+            Ok(request) => Combine {
+                combiner: Some(nicpolicy_plugin::combine::Combiner::new(&request, policies)),
+                error: None,
+            },
+            Err(err) => Combine {
+                combiner: None,
+                error: Some(format!("the request is not one: {err}")),
+            },
+        }
+    }
+
+    /// Adds `policy`'s decision (JSON). Returns `{"extraOvdcNetworks": [...]}` when the next
+    /// policy is to see this rewritten list, `{}` when not, or `{"error": ...}`.
+    pub fn add(&mut self, policy: &str, decision: &str) -> String {
+        let decision = match serde_json::from_str::<nicpolicy_plugin::Decision>(decision) {
+            Ok(decision) => decision,
+            Err(err) => {
+                return to_json(&serde_json::json!({
+                    "error": format!("policy {policy} answered something that is not a decision: {err}")
+                }))
+            }
+        };
+        match self.combiner.as_mut() {
+            Some(combiner) => match combiner.add(policy, &decision) {
+                Some(list) => to_json(&serde_json::json!({"extraOvdcNetworks": list})),
+                None => "{}".to_string(),
+            },
+            None => self.failure(),
+        }
+    }
+
+    /// The combined decision: `{"decision": ...}`, or `{"error": ...}`.
+    pub fn finish(&mut self) -> String {
+        match self.combiner.take() {
+            Some(combiner) => to_json(&serde_json::json!({"decision": combiner.finish()})),
+            None => self.failure(),
+        }
+    }
+
+    fn failure(&self) -> String {
+        let error = self
+            .error
+            .as_deref()
+            .unwrap_or("the chain is already combined");
+        to_json(&serde_json::json!({ "error": error }))
+    }
+}
+
 fn to_json(value: &impl serde::Serialize) -> String {
     // The outcome types hold strings, numbers and JSON values only: serialising cannot fail,
     // and if it ever did the page shows this error rather than nothing.

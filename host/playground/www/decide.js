@@ -1,12 +1,10 @@
-// Evaluating a request with a chain of policy JS builds, combined the way the host's
-// PolicyChain combines them (host/src/chain.rs):
-//  - each policy gets its own settings in request.settings;
-//  - extraOvdcNetworks written back by a policy is what the next one sees;
-//  - allowed only if every policy allows; warnings of all in chain order, violations of all in
-//    field order (fieldOrder: indices as numbers, one field's in chain order), each message
-//    prefixed with "[policy name] " in a chain of two or more (fields untouched);
-//  - nics and vappNetworks are the last policy's; extraOvdcNetworks the last list written back;
-//  - the first failure stops the chain and names the policy.
+// Evaluating a request with a chain of policy JS builds. Each policy runs in its JS build; the
+// decisions are combined by the host chain's own Rust code (nicpolicy_plugin::combine, exported
+// by the playground module as Combine), so the page and `nicpolicy eval` combine alike:
+// settings per policy, write-backs flowing forward, messages prefixed in a chain of two or more,
+// violations in field order, and each NIC's and violation's source naming its policy.
+
+import { Combine } from "./pkg/nicpolicy_playground.js";
 
 /** A policy JS build (wasm-bindgen --target web), loaded once. */
 export class JsPolicy {
@@ -44,57 +42,27 @@ export class JsPolicy {
  * Returns {decision} or {failure: "policy X failed: ..."}.
  */
 export function evaluateChain(chain, request) {
-  const attribute = chain.length > 1;
-  const label = (name, text) => (attribute ? `[${name}] ${text}` : text);
-  let current = request;
-  let written = null;
-  const combined = { allowed: true, nics: [], vappNetworks: [], violations: [], warnings: [] };
-  for (const [index, { policy, settings }] of chain.entries()) {
-    const name = policy.metadata.name;
-    const decision = policy.evaluate({ ...current, settings: settings ?? null });
-    if (decision.error !== undefined) {
-      const where = attribute ? ` (${index + 1} of ${chain.length} in the chain)` : "";
-      return { failure: `policy ${name}${where} failed: ${decision.error}` };
+  const combine = new Combine(JSON.stringify(request), chain.length);
+  try {
+    let current = request;
+    for (const [index, { policy, settings }] of chain.entries()) {
+      const name = policy.metadata.name;
+      const decision = policy.evaluate({ ...current, settings: settings ?? null });
+      if (decision.error !== undefined) {
+        const where = chain.length > 1 ? ` (${index + 1} of ${chain.length} in the chain)` : "";
+        return { failure: `policy ${name}${where} failed: ${decision.error}` };
+      }
+      const step = JSON.parse(combine.add(name, JSON.stringify(decision)));
+      if (step.error !== undefined) return { failure: step.error };
+      if (step.extraOvdcNetworks) {
+        current = { ...current, machine: { ...current.machine, extraOvdcNetworks: step.extraOvdcNetworks } };
+      }
     }
-    combined.allowed &&= decision.allowed;
-    for (const v of decision.violations ?? []) {
-      combined.violations.push({ field: v.field, reason: v.reason, message: label(name, v.message) });
-    }
-    for (const w of decision.warnings ?? []) {
-      combined.warnings.push(label(name, w));
-    }
-    combined.nics = decision.nics ?? [];
-    combined.vappNetworks = decision.vappNetworks ?? [];
-    if (Array.isArray(decision.extraOvdcNetworks)) {
-      current = { ...current, machine: { ...current.machine, extraOvdcNetworks: decision.extraOvdcNetworks } };
-      written = decision.extraOvdcNetworks;
-    }
+    const combined = JSON.parse(combine.finish());
+    return combined.error !== undefined ? { failure: combined.error } : { decision: combined.decision };
+  } finally {
+    combine.free();
   }
-  // Array.prototype.sort is stable: violations of one field keep their chain order.
-  combined.violations.sort((a, b) => fieldOrder(a.field, b.field));
-  return { decision: { ...combined, ...(written ? { extraOvdcNetworks: written } : {}) } };
-}
-
-/**
- * Compares two field paths as nicpolicy_plugin::schema::field_order does: runs of digits as
- * numbers, everything else as text (by UTF-16 code units, the same as Rust's byte order for
- * the ASCII of field paths).
- */
-export function fieldOrder(a, b) {
-  const runs = (path) => path.match(/\d+|\D+/g) ?? [];
-  const left = runs(a);
-  const right = runs(b);
-  for (let i = 0; i < Math.max(left.length, right.length); i++) {
-    if (left[i] === undefined) return -1;
-    if (right[i] === undefined) return 1;
-    const digits = /^\d/.test(left[i]) && /^\d/.test(right[i]);
-    // Numbers by value: by length without leading zeros, then digit by digit.
-    const x = digits ? left[i].replace(/^0+/, "") : left[i];
-    const y = digits ? right[i].replace(/^0+/, "") : right[i];
-    if (digits && x.length !== y.length) return x.length - y.length;
-    if (x !== y) return x < y ? -1 : 1;
-  }
-  return 0;
 }
 
 /** `spec` or `spec.template.spec`: where the machine's fields are. */

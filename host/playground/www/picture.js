@@ -4,6 +4,7 @@
 // the primary's sources are `cluster.*` and `{spec}.failureDomain`).
 
 import { specPath } from "./decide.js";
+import { describeSource } from "./pkg/nicpolicy_playground.js";
 
 const ROW = 66; // height of one NIC row
 const TOP = 64; // VM title
@@ -132,7 +133,11 @@ export function picture(request, decision, unapplied = []) {
       : row.entry
         ? `data-entry="${row.entry.entry}" data-network="${esc(row.entry.network)}"`
         : `data-index="0" data-placeholder="true"`;
-    let g = `<g class="${classes}" ${attrs} data-violations="${row.marks.map((n) => n + 1).join(",")}">`;
+    // Where the NIC comes from, on hover: the words of `nicpolicy eval --explain`.
+    const from = row.nic ? describeSource(JSON.stringify(row.nic.source ?? null)) : "";
+    const source = row.nic ? ` data-source="${esc(from)}"` : "";
+    let g = `<g class="${classes}" ${attrs}${source} data-violations="${row.marks.map((n) => n + 1).join(",")}">`;
+    if (row.nic) g += `<title>${esc(`NIC ${row.nic.index} on ${row.nic.network}: ${from}`)}</title>`;
     g += `<rect x="${VM_X + 10}" y="${y - ROW / 2 + 5}" width="${VM_W - 20}" height="${ROW - 10}" rx="8" class="nic-row"/>`;
     if (row.nic) {
       const nic = row.nic;
@@ -205,7 +210,8 @@ function note(violation, n, x, y, width = 46, lines = 1) {
     .map((line, i) => `<text x="${x}" y="${y + 16 * (i + 1)}" class="note-message">${esc(line)}</text>`)
     .join("");
   return (
-    `<g class="violation-note" data-number="${n + 1}"><title>${esc(violation.message)}</title>` +
+    `<g class="violation-note" data-number="${n + 1}" data-source="${esc(describeSource(JSON.stringify(violation.source ?? null)))}">` +
+    `<title>${esc(`${violation.message}\nfrom: ${describeSource(JSON.stringify(violation.source ?? null))}`)}</title>` +
     `<text x="${x}" y="${y}" class="note-field"><tspan class="note-number">${n + 1}</tspan> ${esc(violation.field)} · ${esc(violation.reason)}</text>` +
     `${message}</g>`
   );

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use nicpolicy_plugin::provisioner::Unapplied;
-use nicpolicy_plugin::{Decision, ObjectKind, Request};
+use nicpolicy_plugin::{Decision, ObjectKind, Request, Violation};
 use serde::Serialize;
 
 use super::inputs::{ObjectId, Problem, Subject};
@@ -81,6 +81,26 @@ pub struct Finding {
     pub elapsed: Duration,
 }
 
+/// A violation as one line, `field (Reason, rule): message` (the rule left out when the policy
+/// names none): what the audit's table and JUnit report and the controller's Events carry.
+pub fn violation_line(v: &Violation) -> String {
+    match v.source.as_ref().and_then(|s| s.rule.as_deref()) {
+        Some(rule) => format!("{} ({:?}, {rule}): {}", v.field, v.reason, v.message),
+        None => format!("{} ({:?}): {}", v.field, v.reason, v.message),
+    }
+}
+
+/// The rule that found `v`, from its source; `(not reported)` for a policy that names none.
+pub fn rule_of(v: &Violation) -> &str {
+    v.source
+        .as_ref()
+        .and_then(|s| s.rule.as_deref())
+        .unwrap_or(NO_RULE)
+}
+
+/// What [`rule_of`] says of a violation whose policy names no rule.
+pub const NO_RULE: &str = "(not reported)";
+
 impl Finding {
     /// Each violation of its decision as one line, `field (Reason): message`: what the JUnit
     /// report of `audit` and the controller's Events carry.
@@ -88,8 +108,16 @@ impl Finding {
         self.decision
             .iter()
             .flat_map(|d| &d.violations)
-            .map(|v| format!("{} ({:?}): {}", v.field, v.reason, v.message))
+            .map(violation_line)
             .collect()
+    }
+
+    /// The rules behind the violations (see [`rule_of`]), for totals by rule.
+    pub fn rules(&self) -> impl Iterator<Item = &str> + '_ {
+        self.decision
+            .iter()
+            .flat_map(|d| &d.violations)
+            .map(rule_of)
     }
 
     /// The violations' reasons, for totals by rule.

@@ -192,6 +192,7 @@ mod tests {
             ip_address: None,
             adapter_type: AdapterType::Vmxnet3,
             connected: true,
+            source: None,
         }
     }
 

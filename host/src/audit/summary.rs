@@ -1,4 +1,4 @@
-//! Totals of an audit: objects by result, violations by rule (reason), candidate differences,
+//! Totals of an audit: objects by result, violations by reason and by rule, candidate differences,
 //! and the findings grouped by cluster.
 
 use std::collections::BTreeMap;
@@ -21,6 +21,9 @@ pub struct Summary {
     pub results: BTreeMap<Verdict, usize>,
     /// Violations by reason (`Duplicate`, `NotFound`, ...), over every denied object.
     pub reasons: BTreeMap<String, usize>,
+    /// Violations by the rule that found them (`capvcd/inventory`, from each violation's
+    /// source; `(not reported)` for a policy that names no rules), over every denied object.
+    pub rules: BTreeMap<String, usize>,
     /// Objects by candidate difference, in shadow mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate: Option<BTreeMap<Change, usize>>,
@@ -36,6 +39,9 @@ impl Summary {
             *summary.results.entry(finding.result).or_default() += 1;
             for reason in finding.reasons() {
                 *summary.reasons.entry(reason.to_string()).or_default() += 1;
+            }
+            for rule in finding.rules() {
+                *summary.rules.entry(rule.to_string()).or_default() += 1;
             }
             if let Some(group) = &finding.cluster {
                 clusters.insert(group);

@@ -71,7 +71,8 @@ pub struct Expect {
     /// Whether the machine is admitted.
     #[serde(default)]
     pub allowed: Option<bool>,
-    /// The NICs: same count, and each listed field equal.
+    /// The NICs: same count, and each listed field equal (a map, such as `source`, by the keys
+    /// it lists).
     #[serde(default)]
     pub nics: Option<Vec<Map<String, Value>>>,
     /// The exact set of violations (field and reason equal, message contains the text).
@@ -105,6 +106,57 @@ pub struct ExpectedViolation {
     /// Text the message contains.
     #[serde(default)]
     pub message: Option<String>,
+    /// The rule its source names, exactly.
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// The setting its source names, exactly.
+    #[serde(default)]
+    pub setting: Option<String>,
+}
+
+impl ExpectedViolation {
+    /// Whether `v` is this violation.
+    fn matches(&self, v: &nicpolicy_plugin::Violation) -> bool {
+        let source = v.source.as_ref();
+        v.field == self.field
+            && v.reason == self.reason
+            && self
+                .message
+                .as_ref()
+                .is_none_or(|m| v.message.contains(m.as_str()))
+            && self
+                .rule
+                .as_ref()
+                .is_none_or(|r| source.and_then(|s| s.rule.as_ref()) == Some(r))
+            && self
+                .setting
+                .as_ref()
+                .is_none_or(|r| source.and_then(|s| s.setting.as_ref()) == Some(r))
+    }
+
+    fn describe(&self) -> String {
+        let mut text = format!("{:?} at {}", self.reason, self.field);
+        if let Some(m) = &self.message {
+            text.push_str(&format!(" containing {m:?}"));
+        }
+        if let Some(r) = &self.rule {
+            text.push_str(&format!(" from rule {r}"));
+        }
+        if let Some(setting) = &self.setting {
+            text.push_str(&format!(" with setting {setting}"));
+        }
+        text
+    }
+}
+
+/// Whether `got` holds `want`: a map by the keys `want` lists, anything else equal.
+fn holds(want: &Value, got: &Value) -> bool {
+    match (want, got) {
+        (Value::Object(want), Value::Object(got)) => want
+            .iter()
+            .all(|(key, value)| holds(value, got.get(key).unwrap_or(&Value::Null))),
+        _ => want == got,
+    }
 }
 
 /// A loaded case.
@@ -346,7 +398,7 @@ pub fn compare(expect: &Expect, decision: &Decision) -> Vec<String> {
             let got = serde_json::to_value(got).unwrap_or(Value::Null);
             for (key, value) in want {
                 let actual = got.get(key).unwrap_or(&Value::Null);
-                if actual != value {
+                if !holds(value, actual) {
                     out.push(format!("nics[{i}].{key}: expected {value}, got {actual}"));
                 }
             }
@@ -355,27 +407,12 @@ pub fn compare(expect: &Expect, decision: &Decision) -> Vec<String> {
     if let Some(violations) = &expect.violations {
         let mut unmatched: Vec<&nicpolicy_plugin::Violation> = decision.violations.iter().collect();
         for want in violations {
-            let found = unmatched.iter().position(|v| {
-                v.field == want.field
-                    && v.reason == want.reason
-                    && want
-                        .message
-                        .as_ref()
-                        .is_none_or(|m| v.message.contains(m.as_str()))
-            });
+            let found = unmatched.iter().position(|v| want.matches(v));
             match found {
                 Some(i) => {
                     unmatched.remove(i);
                 }
-                None => out.push(format!(
-                    "violations: missing {:?} at {}{}",
-                    want.reason,
-                    want.field,
-                    want.message
-                        .as_ref()
-                        .map(|m| format!(" containing {m:?}"))
-                        .unwrap_or_default()
-                )),
+                None => out.push(format!("violations: missing {}", want.describe())),
             }
         }
         for extra in unmatched {
@@ -456,4 +493,50 @@ fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), CaseError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use nicpolicy_plugin::{Nic, Reason, Source, Violation};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn sources_are_compared_by_the_keys_a_case_lists() {
+        let mut nic = Nic::capvcd(0, "mgmt-net");
+        nic.source = Some(Box::new(
+            Source::rule("capvcd/plan").with_setting("networks.mgmt-net"),
+        ));
+        let violation = Violation::new("spec.extraOvdcNetworks", Reason::TooMany, "6 NICs")
+            .with_source(Source::rule("capvcd/max-nics").with_setting("maxNics"));
+        let decision = Decision {
+            nics: vec![nic],
+            ..Decision::from_violations(vec![violation])
+        };
+        let expect = |nics: Value, violations: Value| -> Expect {
+            serde_json::from_value(json!({"nics": nics, "violations": violations}))
+                .expect("an expectation")
+        };
+        let right = expect(
+            json!([{"network": "mgmt-net", "source": {"rule": "capvcd/plan"}}]),
+            json!([{"field": "spec.extraOvdcNetworks", "reason": "TooMany",
+                    "rule": "capvcd/max-nics", "setting": "maxNics"}]),
+        );
+        assert_eq!(compare(&right, &decision), Vec::<String>::new());
+        let wrong = expect(
+            json!([{"source": {"rule": "role-based/defaults"}}]),
+            json!([{"field": "spec.extraOvdcNetworks", "reason": "TooMany",
+                    "rule": "capvcd/max-nics", "setting": "capvcd.maxNics"}]),
+        );
+        assert_eq!(
+            compare(&wrong, &decision),
+            [
+                r#"nics[0].source: expected {"rule":"role-based/defaults"}, got {"rule":"capvcd/plan","setting":"networks.mgmt-net"}"#,
+                "violations: missing TooMany at spec.extraOvdcNetworks from rule capvcd/max-nics \
+                 with setting capvcd.maxNics",
+                "violations: unexpected TooMany at spec.extraOvdcNetworks: 6 NICs",
+            ]
+        );
+    }
 }

@@ -346,9 +346,7 @@ fn render_audit(
             if let Some(message) = &finding.message {
                 lines.push(message.clone());
             }
-            for v in finding.decision.iter().flat_map(|d| &d.violations) {
-                lines.push(format!("{} ({:?}): {}", v.field, v.reason, v.message));
-            }
+            lines.extend(finding.violation_lines());
             for line in finding.shadow.iter().flat_map(|s| &s.details) {
                 lines.push(format!("candidate: {line}"));
             }
@@ -379,9 +377,14 @@ fn render_audit(
     }
     let _ = writeln!(out, "\n{}", summary.line());
     if !summary.reasons.is_empty() {
-        let _ = writeln!(out, "Violations by rule:");
+        let _ = writeln!(out, "Violations by reason:");
         for (reason, n) in &summary.reasons {
             let _ = writeln!(out, "  {reason:<14}{n}");
+        }
+        let width = summary.rules.keys().map(String::len).max().unwrap_or(0) + 2;
+        let _ = writeln!(out, "Violations by rule:");
+        for (rule, n) in &summary.rules {
+            let _ = writeln!(out, "  {rule:<width$}{n}");
         }
     }
     if let Some(changes) = &summary.candidate {

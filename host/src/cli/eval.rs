@@ -23,6 +23,11 @@ pub struct EvalArgs {
     /// Also print load and evaluation times, cache use and the policy's log lines (stderr).
     #[arg(short, long)]
     verbose: bool,
+    /// Say where each NIC and violation comes from: the cluster's ovdcNetwork, a zone, role
+    /// defaults, the machine's own list or a setting; the rule, the setting and the policy of
+    /// the chain behind it. With -o json|yaml, each NIC and violation keeps its `source`.
+    #[arg(long)]
+    explain: bool,
 }
 
 /// Runs `nicpolicy eval`.
@@ -53,6 +58,9 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     // Warn-mode policies (--mode warn) said as the webhook says them: what enforcing would
     // deny, and what they would have changed.
     let mut decision = evaluation.decision.clone();
+    if !args.explain {
+        nicpolicy::plugin::source::strip(&mut decision);
+    }
     decision.warnings.extend(evaluation.warn_mode_warnings());
     decision
         .warnings
@@ -64,7 +72,7 @@ pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
         unapplied,
     };
     let text = match args.output {
-        Format::Table => render_decision(&request, &chain, decision, unapplied),
+        Format::Table => render_decision(&request, &chain, decision, unapplied, args.explain),
         Format::Json => serde_json::to_string_pretty(&output).map_err(usage)? + "\n",
         Format::Yaml => serde_yaml_ng::to_string(&output).map_err(usage)?,
     };
@@ -93,7 +101,14 @@ fn eval_many(
         .map_err(usage)?;
     let inventory = inputs.inventory()?;
     let chain = inputs.chain(positions, args.verbose)?;
-    evaluate_each(machines, clusters, inventory, &chain, args.output)
+    evaluate_each(
+        machines,
+        clusters,
+        inventory,
+        &chain,
+        args.output,
+        args.explain,
+    )
 }
 
 /// The decision as `-o json|yaml` prints it: its fields, then `unapplied`, the plan fields the
@@ -114,6 +129,7 @@ fn evaluate_each(
     inventory: Option<Inventory>,
     chain: &PolicyChain,
     output: Format,
+    explain: bool,
 ) -> Result<u8, Failure> {
     let machines = machine_file.path.clone();
     let mut inputs = Inputs::from_files(vec![machine_file]);
@@ -132,13 +148,18 @@ fn evaluate_each(
                 .is_some_and(|src| src.starts_with(&machines.display().to_string()))
         })
         .collect();
-    let findings = evaluate_all(subjects, chain, None);
+    let mut findings = evaluate_all(subjects, chain, None);
+    if !explain {
+        for decision in findings.iter_mut().filter_map(|f| f.decision.as_mut()) {
+            nicpolicy::plugin::source::strip(decision);
+        }
+    }
     let summary = Summary::of(&findings);
     let text = match output {
         Format::Table => {
             let blocks: Vec<String> = findings
                 .iter()
-                .map(|finding| finding_block(chain, finding))
+                .map(|finding| finding_block(chain, finding, explain))
                 .collect();
             format!("{}\n{}\n", blocks.join("\n"), summary.line())
         }
@@ -150,9 +171,9 @@ fn evaluate_each(
 }
 
 /// One machine as `nicpolicy eval` prints it; machines without a decision say why.
-fn finding_block(chain: &PolicyChain, finding: &Finding) -> String {
+fn finding_block(chain: &PolicyChain, finding: &Finding, explain: bool) -> String {
     if let (Some(request), Some(decision)) = (&finding.request, &finding.decision) {
-        return render_decision(request, chain, decision, &finding.unapplied);
+        return render_decision(request, chain, decision, &finding.unapplied, explain);
     }
     let mut out = String::new();
     let _ = writeln!(out, "Machine:   {}", finding.object);

@@ -14,12 +14,14 @@ fn yes(flag: bool) -> &'static str {
     }
 }
 
-/// Human-readable decision, in the spirit of `kubectl describe`.
+/// Human-readable decision, in the spirit of `kubectl describe`; with `explain`, where each
+/// NIC and violation comes from.
 pub fn render_decision(
     request: &Request,
     chain: &PolicyChain,
     decision: &Decision,
     unapplied: &[Unapplied],
+    explain: bool,
 ) -> String {
     let mut out = header(request, chain, decision);
     if !decision.nics.is_empty() {
@@ -31,6 +33,21 @@ pub fn render_decision(
                 "* not built as planned: {} builds it otherwise (see Warnings or Violations)",
                 first.provisioner
             );
+        }
+        if explain {
+            let _ = writeln!(out, "\nWhere each NIC comes from:");
+            let rows: Vec<[String; 3]> = decision
+                .nics
+                .iter()
+                .map(|nic| {
+                    [
+                        format!("  NIC {}", nic.index),
+                        nic.network.clone(),
+                        describe(nic.source.as_deref()),
+                    ]
+                })
+                .collect();
+            out.push_str(&table(&rows));
         }
     }
     if !decision.vapp_networks.is_empty() {
@@ -54,6 +71,9 @@ pub fn render_decision(
         let _ = writeln!(out, "\nViolations:");
         for v in &decision.violations {
             let _ = writeln!(out, "  {} ({:?}): {}", v.field, v.reason, v.message);
+            if explain {
+                let _ = writeln!(out, "    from: {}", describe(v.source.as_deref()));
+            }
         }
     }
     if !decision.warnings.is_empty() {
@@ -63,6 +83,11 @@ pub fn render_decision(
         }
     }
     out
+}
+
+/// A source in words; a part without one (a policy run outside a chain) says so.
+fn describe(source: Option<&nicpolicy::plugin::Source>) -> String {
+    source.map_or_else(|| "not reported".to_string(), |s| s.describe())
 }
 
 /// Which machine, cluster and policies, and the verdict.

@@ -889,11 +889,16 @@ fn seed_from_report(gate: &mut EventGate, namespace: &str, report: &serde_json::
             continue;
         }
         let resource = &result["resources"][0];
+        // The reason is a property of its own; reports written before rules were named held it
+        // as the rule.
+        let reason = result["properties"]["reason"]
+            .as_str()
+            .or_else(|| result["rule"].as_str());
         let (Some(kind), Some(name), Some(field), Some(rule)) = (
             resource["kind"].as_str(),
             resource["name"].as_str(),
             result["properties"]["field"].as_str(),
-            result["rule"].as_str(),
+            reason,
         ) else {
             continue;
         };

@@ -146,12 +146,23 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
             .violations
             .iter()
             .map(|v| {
-                result(
-                    "fail",
-                    v.reason.as_str(),
-                    format!("{}: {}", v.field, v.message),
-                    &[("field", v.field.clone())],
-                )
+                // The rule that found it, as its source names it; the reason otherwise (a
+                // policy that names no rules).
+                let source = v.source.as_ref();
+                let rule = source
+                    .and_then(|s| s.rule.as_deref())
+                    .unwrap_or(v.reason.as_str());
+                let mut extra = vec![
+                    ("field", v.field.clone()),
+                    ("reason", v.reason.as_str().to_string()),
+                ];
+                if let Some(setting) = source.and_then(|s| s.setting.clone()) {
+                    extra.push(("setting", setting));
+                }
+                if let Some(entry) = source.and_then(|s| s.policy.clone()) {
+                    extra.push(("chainPolicy", entry));
+                }
+                result("fail", rule, format!("{}: {}", v.field, v.message), &extra)
             })
             .collect(),
         (Some(decision), _) => {
@@ -285,11 +296,21 @@ mod tests {
             Decision::from_violations(
                 (0..violations)
                     .map(|i| {
-                        Violation::new(
+                        let v = Violation::new(
                             format!("spec.extraOvdcNetworks[{i}]"),
                             Reason::NotFound,
                             "x".repeat(5000),
-                        )
+                        );
+                        // The first names its rule and setting; the others come from a policy
+                        // that names none.
+                        if i == 0 {
+                            let mut source = nicpolicy_plugin::Source::rule("capvcd/inventory")
+                                .with_setting("capvcd.networks");
+                            source.policy = Some("site".into());
+                            v.with_source(source)
+                        } else {
+                            v
+                        }
                     })
                     .collect(),
             )
@@ -350,15 +371,21 @@ mod tests {
             report.object["metadata"]["annotations"][TRUNCATED_ANNOTATION],
             "2300"
         );
-        // Long messages are cut: the whole report stays well under etcd's limit.
+        // Long messages are cut: 1000 results of 5000-character messages stay near 1 MB (uncut
+        // they would be over 5 MB); the byte bound, tested on its own, holds real reports to
+        // 900 KiB.
         let size = report.object.to_string().len();
-        assert!(size < 1_000_000, "{size} bytes");
+        assert!(size < 1_100_000, "{size} bytes");
         assert!(results[0]["message"].as_str().unwrap().len() <= MAX_MESSAGE + 40);
         assert_eq!(
             results[0]["properties"]["field"],
             "spec.extraOvdcNetworks[0]"
         );
-        assert_eq!(results[0]["rule"], "NotFound");
+        assert_eq!(results[0]["rule"], "capvcd/inventory");
+        assert_eq!(results[0]["properties"]["reason"], "NotFound");
+        assert_eq!(results[0]["properties"]["setting"], "capvcd.networks");
+        assert_eq!(results[0]["properties"]["chainPolicy"], "site");
+        assert_eq!(results[1]["rule"], "NotFound", "no rule named: the reason");
     }
 
     #[test]

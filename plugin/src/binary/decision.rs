@@ -1,7 +1,12 @@
-//! The binary decision format, version 1: what a policy answers through
-//! [`EXPORT_EVALUATE_BINARY2`](crate::abi::EXPORT_EVALUATE_BINARY2), a [`Decision`] or the
-//! policy's error, in the layout of the [request format](super) (little-endian `u32` lengths
-//! and counts, tag bytes, UTF-8 strings).
+//! The binary decision format: what a policy answers through
+//! [`EXPORT_EVALUATE_BINARY2`](crate::abi::EXPORT_EVALUATE_BINARY2) (version 1) and
+//! [`EXPORT_EVALUATE_BINARY3`](crate::abi::EXPORT_EVALUATE_BINARY3) (version 2), a
+//! [`Decision`] or the policy's error, in the layout of the [request format](super)
+//! (little-endian `u32` lengths and counts, tag bytes, UTF-8 strings).
+//!
+//! Version 2 is version 1 with an optional [`Source`] after each NIC and each violation. It has
+//! an export of its own so that a module built with sources still answers a host that predates
+//! them (that host calls the version 1 export, which leaves the sources out).
 //!
 //! The host reads this from a module it does not trust: [`decode_output`] is total (every
 //! count is checked against the bytes left before anything is reserved, every tag and string
@@ -11,9 +16,12 @@ use super::{FormatError, Problem, Reader, Stop, Writer};
 use crate::schema::{
     AdapterType, Decision, EvaluateOutput, IpAllocationMode, Nic, Reason, Violation,
 };
+use crate::source::{Origin, Source};
 
-/// The first four bytes of an output in this format: `NPD` and the format's version.
+/// The first four bytes of an output in this format, version 1: `NPD` and the version.
 pub const DECISION_MAGIC: [u8; 4] = *b"NPD\x01";
+/// The first four bytes of an output in version 2 (with sources).
+pub const DECISION_MAGIC_V2: [u8; 4] = *b"NPD\x02";
 
 /// The output's kind, after the magic.
 const IS_DECISION: u8 = 0;
@@ -25,13 +33,33 @@ const STRICT: u8 = 1 << 1;
 const HAS_EXTRA_OVDC_NETWORKS: u8 = 1 << 2;
 const KNOWN_FLAGS: u8 = ALLOWED | STRICT | HAS_EXTRA_OVDC_NETWORKS;
 
-/// Appends `output` to `out` in the binary decision format.
+/// Appends `output` to `out` in the binary decision format, version 1 (sources left out).
 ///
 /// # Errors
 /// [`Problem::TooLong`] for a string or list over `u32::MAX` bytes or items.
 pub fn encode_output(output: &EvaluateOutput, out: &mut Vec<u8>) -> Result<(), FormatError> {
+    encode_version(output, false, out)
+}
+
+/// Appends `output` to `out` in the binary decision format, version 2 (with sources).
+///
+/// # Errors
+/// As for [`encode_output`].
+pub fn encode_output_v2(output: &EvaluateOutput, out: &mut Vec<u8>) -> Result<(), FormatError> {
+    encode_version(output, true, out)
+}
+
+fn encode_version(
+    output: &EvaluateOutput,
+    sources: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), FormatError> {
     let mut w = Writer { out };
-    w.out.extend_from_slice(&DECISION_MAGIC);
+    w.out.extend_from_slice(if sources {
+        &DECISION_MAGIC_V2
+    } else {
+        &DECISION_MAGIC
+    });
     match output {
         EvaluateOutput::Error { error } => {
             w.u8(IS_ERROR);
@@ -39,13 +67,40 @@ pub fn encode_output(output: &EvaluateOutput, out: &mut Vec<u8>) -> Result<(), F
         }
         EvaluateOutput::Decision(decision) => {
             w.u8(IS_DECISION);
-            w.decision(decision)
+            w.decision(decision, sources)
         }
     }
 }
 
 impl Writer<'_> {
-    fn decision(&mut self, decision: &Decision) -> Result<(), FormatError> {
+    fn source(&mut self, source: Option<&Source>) -> Result<(), FormatError> {
+        let Some(source) = source else {
+            self.u8(0);
+            return Ok(());
+        };
+        let Source {
+            origin,
+            field,
+            rule,
+            setting,
+            policy,
+        } = source;
+        self.u8(1);
+        self.u8(match origin {
+            None => 0,
+            Some(Origin::ClusterNetwork) => 1,
+            Some(Origin::Zone) => 2,
+            Some(Origin::Machine) => 3,
+            Some(Origin::RoleDefaults) => 4,
+            Some(Origin::Settings) => 5,
+        });
+        self.opt_str(field.as_deref(), "Source.field")?;
+        self.opt_str(rule.as_deref(), "Source.rule")?;
+        self.opt_str(setting.as_deref(), "Source.setting")?;
+        self.opt_str(policy.as_deref(), "Source.policy")
+    }
+
+    fn decision(&mut self, decision: &Decision, sources: bool) -> Result<(), FormatError> {
         let Decision {
             allowed,
             nics,
@@ -70,6 +125,7 @@ impl Writer<'_> {
                 ip_address,
                 adapter_type,
                 connected,
+                source,
             } = nic;
             self.u32(*index);
             self.str(network, "Nic.network")?;
@@ -90,6 +146,9 @@ impl Writer<'_> {
                 AdapterType::PcNet32 => 5,
             });
             self.u8(u8::from(*connected));
+            if sources {
+                self.source(source.as_deref())?;
+            }
         }
         if let Some(networks) = extra_ovdc_networks {
             self.strs(networks, "Decision.extraOvdcNetworks")?;
@@ -100,6 +159,7 @@ impl Writer<'_> {
             field,
             reason,
             message,
+            source,
         } in violations
         {
             self.str(field, "Violation.field")?;
@@ -113,6 +173,9 @@ impl Writer<'_> {
                 Reason::NotSupported => 6,
             });
             self.str(message, "Violation.message")?;
+            if sources {
+                self.source(source.as_deref())?;
+            }
         }
         self.strs(warnings, "Decision.warnings")
     }
@@ -136,11 +199,13 @@ pub fn decode_output(bytes: &[u8]) -> Result<EvaluateOutput, FormatError> {
 impl Reader<'_> {
     fn output(&mut self) -> Result<EvaluateOutput, Stop> {
         let r = self;
-        if r.take(4, "Output.magic")? != DECISION_MAGIC {
-            return Err(r.error_at(0, "Output.magic", Problem::NotBinaryDecision));
-        }
+        let sources = match r.take(4, "Output.magic")? {
+            magic if magic == DECISION_MAGIC => false,
+            magic if magic == DECISION_MAGIC_V2 => true,
+            _ => return Err(r.error_at(0, "Output.magic", Problem::NotBinaryDecision)),
+        };
         let output = match r.u8("Output.kind")? {
-            IS_DECISION => EvaluateOutput::Decision(r.decision()?),
+            IS_DECISION => EvaluateOutput::Decision(r.decision(sources)?),
             IS_ERROR => EvaluateOutput::Error {
                 error: r.str("Output.error")?,
             },
@@ -150,7 +215,29 @@ impl Reader<'_> {
         Ok(output)
     }
 
-    fn decision(&mut self) -> Result<Decision, Stop> {
+    fn source(&mut self) -> Result<Option<Box<Source>>, Stop> {
+        if !self.flag("Source")? {
+            return Ok(None);
+        }
+        let origin = match self.u8("Source.origin")? {
+            0 => None,
+            1 => Some(Origin::ClusterNetwork),
+            2 => Some(Origin::Zone),
+            3 => Some(Origin::Machine),
+            4 => Some(Origin::RoleDefaults),
+            5 => Some(Origin::Settings),
+            tag => return Err(self.bad_tag(tag, "Source.origin")),
+        };
+        Ok(Some(Box::new(Source {
+            origin,
+            field: self.opt_str("Source.field")?,
+            rule: self.opt_str("Source.rule")?,
+            setting: self.opt_str("Source.setting")?,
+            policy: self.opt_str("Source.policy")?,
+        })))
+    }
+
+    fn decision(&mut self, sources: bool) -> Result<Decision, Stop> {
         let flags = self.u8("Decision.flags")?;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(self.bad_tag(flags, "Decision.flags"));
@@ -172,6 +259,7 @@ impl Reader<'_> {
                 ip_address: None,
                 adapter_type: AdapterType::Vmxnet3,
                 connected: false,
+                source: None,
             };
             nic.primary = self.flag("Nic.primary")?;
             nic.ip_allocation_mode = match self.u8("Nic.ipAllocationMode")? {
@@ -192,6 +280,9 @@ impl Reader<'_> {
                 tag => return Err(self.bad_tag(tag, "Nic.adapterType")),
             };
             nic.connected = self.flag("Nic.connected")?;
+            if sources {
+                nic.source = self.source()?;
+            }
             decision.nics.push(nic);
         }
         if flags & HAS_EXTRA_OVDC_NETWORKS != 0 {
@@ -214,10 +305,12 @@ impl Reader<'_> {
                 tag => return Err(self.bad_tag(tag, "Violation.reason")),
             };
             let message = self.str("Violation.message")?;
+            let source = if sources { self.source()? } else { None };
             decision.violations.push(Violation {
                 field,
                 reason,
                 message,
+                source,
             });
         }
         decision.warnings = self.strs("Decision.warnings")?;
@@ -245,6 +338,7 @@ mod tests {
             ip_address: None,
             adapter_type: AdapterType::Vmxnet3,
             connected: true,
+            source: None,
         };
         let mut storage = nic(2, "storage-net");
         storage.ip_allocation_mode = IpAllocationMode::Manual;
@@ -279,6 +373,72 @@ mod tests {
         ];
         for output in outputs {
             assert_eq!(decode_output(&encoded(&output)).unwrap(), output);
+        }
+    }
+
+    /// [`full_decision`] with a source on each part, every origin used.
+    fn sourced_decision() -> Decision {
+        let mut decision = full_decision();
+        for (nic, origin) in decision.nics.iter_mut().zip(Origin::ALL) {
+            nic.source = Some(Box::new(
+                Source::nic(
+                    origin,
+                    format!("spec.extraOvdcNetworks[{}]", nic.index),
+                    "capvcd/plan",
+                )
+                .with_setting("networks.storage-net"),
+            ));
+        }
+        decision.nics[2].source = Some(Box::new(Source {
+            origin: Some(Origin::Settings),
+            policy: Some("site".into()),
+            ..Source::default()
+        }));
+        decision.violations[0].source = Some(Box::new(Source::rule("capvcd/inventory")));
+        decision
+    }
+
+    #[test]
+    fn version_2_carries_sources_and_version_1_leaves_them_out() {
+        let output = EvaluateOutput::Decision(sourced_decision());
+        let mut v2 = Vec::new();
+        encode_output_v2(&output, &mut v2).unwrap();
+        assert_eq!(v2[..4], DECISION_MAGIC_V2);
+        assert_eq!(decode_output(&v2).unwrap(), output);
+        let mut origins = sourced_decision();
+        for origin in Origin::ALL {
+            origins.nics[0].source = Some(Box::new(Source {
+                origin: Some(origin),
+                ..Source::default()
+            }));
+            let output = EvaluateOutput::Decision(origins.clone());
+            let mut bytes = Vec::new();
+            encode_output_v2(&output, &mut bytes).unwrap();
+            assert_eq!(decode_output(&bytes).unwrap(), output);
+        }
+        let mut without = sourced_decision();
+        crate::source::strip(&mut without);
+        assert_eq!(
+            decode_output(&encoded(&output)).unwrap(),
+            EvaluateOutput::Decision(without)
+        );
+    }
+
+    #[test]
+    fn version_2_truncations_and_flips_are_refused_or_exact() {
+        let mut bytes = Vec::new();
+        encode_output_v2(&EvaluateOutput::Decision(sourced_decision()), &mut bytes).unwrap();
+        for end in 0..bytes.len() {
+            assert!(decode_output(&bytes[..end]).is_err(), "cut at {end}");
+        }
+        for at in 0..bytes.len() {
+            let mut corrupt = bytes.clone();
+            corrupt[at] ^= 0x80;
+            if let Ok(output) = decode_output(&corrupt) {
+                let mut again = Vec::new();
+                encode_output_v2(&output, &mut again).unwrap();
+                assert_eq!(again, corrupt, "flip at {at}");
+            }
         }
     }
 
@@ -358,7 +518,7 @@ mod tests {
     fn errors_name_the_byte_and_field() {
         assert_eq!(
             decode_output(br#"{"allowed":true}"#).unwrap_err().to_string(),
-            "at byte 0, reading Output.magic: not a binary decision (it must start with NPD and version byte 1)"
+            "at byte 0, reading Output.magic: not a binary decision (it must start with NPD and version byte 1 or 2)"
         );
         let mut bytes = encoded(&EvaluateOutput::Decision(full_decision()));
         // The first NIC's index follows magic, kind, flags and the NIC count; then its name.

@@ -32,9 +32,22 @@
 
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::settings::{self, PolicySettings};
+use nicpolicy_plugin::source::{self, Origin, Source};
 use nicpolicy_plugin::{
     schema::CONTROL_PLANE_LABEL, Decision, ObjectKind, Operation, Reason, Request, Role, Violation,
 };
+
+/// The rule names this policy reports in each violation's and NIC's [`Source`].
+pub mod rules {
+    /// A role's `defaults` written into a machine that lists no extra networks.
+    pub const DEFAULTS: &str = "role-based/defaults";
+    /// A network the role requires is missing.
+    pub const REQUIRED: &str = "role-based/required";
+    /// A network the role forbids is listed.
+    pub const FORBIDDEN: &str = "role-based/forbidden";
+    /// A network outside the role's `allowed` list.
+    pub const ALLOWED: &str = "role-based/allowed";
+}
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -177,6 +190,21 @@ impl RoleRules {
     }
 }
 
+/// The role's key in the settings.
+fn settings_key(role: Role) -> &'static str {
+    match role {
+        Role::ControlPlane => "controlPlane",
+        Role::Worker => "worker",
+    }
+}
+
+/// The CAPVCD rules with their settings paths under `capvcd:`, where this policy keeps them.
+fn capvcd_rules(request: &Request, settings: &Settings) -> Decision {
+    let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
+    source::nest_settings(&mut decision, "capvcd");
+    decision
+}
+
 /// The role as messages name it.
 fn role_name(role: Role) -> &'static str {
     match role {
@@ -210,7 +238,8 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
 
     let defaulted;
     let mut warnings = Vec::new();
-    let request = if takes_defaults(request, rules) {
+    let takes_defaults = takes_defaults(request, rules);
+    let request = if takes_defaults {
         let mut with_defaults = request.clone();
         with_defaults.machine.extra_ovdc_networks = rules.defaults.clone();
         warnings.push(format!(
@@ -224,7 +253,22 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
         request
     };
 
-    let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
+    let mut decision = capvcd_rules(request, settings);
+    if takes_defaults {
+        // The extra NICs are the role's defaults, not the machine's own list.
+        let key = settings_key(role);
+        for nic in decision.nics.iter_mut().filter(|nic| nic.index > 0) {
+            let i = nic.index - 1;
+            nic.source = Some(Box::new(
+                Source::nic(
+                    Origin::RoleDefaults,
+                    format!("{spec}.extraOvdcNetworks[{i}]"),
+                    self::rules::DEFAULTS,
+                )
+                .with_setting(format!("{key}.defaults[{i}]")),
+            ));
+        }
+    }
     decision.violations.extend(check_role(request, rules));
     decision.warnings.extend(warnings);
     decision.finish()
@@ -244,7 +288,7 @@ fn role_known(request: &Request) -> bool {
 /// it gets its own role's defaults when it is created), a network wrong for both roles is a
 /// violation, and one wrong for a single role is a warning naming that role.
 fn evaluate_either_role(request: &Request, settings: &Settings) -> Decision {
-    let mut decision = capvcd::evaluate_with(request, &settings.capvcd);
+    let mut decision = capvcd_rules(request, settings);
     let findings = |role: Role| {
         let mut as_role = request.clone();
         as_role.machine.role = role;
@@ -305,6 +349,7 @@ pub fn check_role(request: &Request, rules: &RoleRules) -> Vec<Violation> {
 }
 
 fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
+    let key = settings_key(request.machine.role);
     let role = role_name(request.machine.role);
     let spec = request.kind.spec_path();
     let extras = &request.machine.extra_ovdc_networks;
@@ -325,7 +370,7 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
             continue;
         }
         let field = format!("{spec}.extraOvdcNetworks[{i}]");
-        if rules.forbidden.contains(name) {
+        if let Some(k) = rules.forbidden.iter().position(|n| n == name) {
             found(
                 name,
                 Violation::new(
@@ -335,6 +380,10 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
                         "network {name:?} is forbidden for {role} machines by the site policy; \
                          remove it"
                     ),
+                )
+                .with_source(
+                    Source::rule(self::rules::FORBIDDEN)
+                        .with_setting(format!("{key}.forbidden[{k}]")),
                 ),
             );
         } else if !rules.is_allowed(name) {
@@ -355,6 +404,9 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
                         "network {name:?} is not allowed for {role} machines; the extra \
                          networks they may list: {allowed}"
                     ),
+                )
+                .with_source(
+                    Source::rule(self::rules::ALLOWED).with_setting(format!("{key}.allowed")),
                 ),
             );
         }
@@ -363,7 +415,7 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
     // Without a known primary (no cluster yet, or one that cannot be resolved), a required
     // network may be the primary: checked once the machine's cluster is known and fixed.
     if !matches!(primary, Primary::Unresolved | Primary::ClusterUnknown) {
-        for name in &rules.required {
+        for (k, name) in rules.required.iter().enumerate() {
             if extras.contains(name) || primary.name() == Some(name.as_str()) {
                 continue;
             }
@@ -381,6 +433,10 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
                         "{role} machines need network {name:?}; add it to the extra \
                          networks{hint}"
                     ),
+                )
+                .with_source(
+                    Source::rule(self::rules::REQUIRED)
+                        .with_setting(format!("{key}.required[{k}]")),
                 ),
             );
         }

@@ -31,11 +31,22 @@ use std::net::IpAddr;
 use nicpolicy_plugin::capvcd::{self, Primary};
 use nicpolicy_plugin::schema::IpRange;
 use nicpolicy_plugin::settings::{self, PolicySettings};
+use nicpolicy_plugin::source::{self, Source};
 use nicpolicy_plugin::{
     Decision, IpAllocationMode, Machine, Network, ObjectKind, Operation, Reason, Request, Violation,
 };
 use serde::Deserialize;
 use serde_json::Value;
+
+/// The rule names this policy reports in each violation's and NIC's [`Source`].
+pub mod rules {
+    /// A MANUAL address requested by annotation: its checks, and the NIC that gets it.
+    pub const ADDRESS: &str = "static-ip/address";
+    /// A template annotated with an address.
+    pub const TEMPLATE: &str = "static-ip/template";
+    /// An address changed on a provisioned machine.
+    pub const PROVISIONED_UPDATE: &str = "static-ip/provisioned-update";
+}
 
 /// Annotation keys that ask for a MANUAL address: this prefix, then the network name.
 pub const ANNOTATION_PREFIX: &str = "nicpolicy.io/ip.";
@@ -313,16 +324,19 @@ pub fn check_annotations(request: &Request, settings: &Settings) -> Addresses {
     if request.kind == ObjectKind::VcdMachineTemplate {
         for (network, value) in &wanted {
             let key = annotation_key(network);
-            out.violations.push(Violation::new(
-                annotation_field(&key),
-                Reason::Forbidden,
-                format!(
+            out.violations.push(
+                Violation::new(
+                    annotation_field(&key),
+                    Reason::Forbidden,
+                    format!(
                     "VCDMachineTemplate {:?} would give address {value} on {network:?} to every \
                      machine made from it, and the replicas would collide; annotate single \
                      VCDMachines instead, or remove {key} and let the NIC take a POOL address",
                     machine.name
                 ),
-            ));
+                )
+                .with_source(Source::rule(rules::TEMPLATE)),
+            );
         }
         return out;
     }
@@ -355,16 +369,22 @@ pub fn check_annotations(request: &Request, settings: &Settings) -> Addresses {
                     annotation_field(&key)
                 ));
             } else {
-                out.violations.push(Violation::new(
-                    annotation_field(&key),
-                    Reason::Forbidden,
-                    format!(
+                out.violations.push(
+                    Violation::new(
+                        annotation_field(&key),
+                        Reason::Forbidden,
+                        format!(
                         "{what}, but the machine is provisioned ({}); CAPVCD does not re-address \
                          a running VM. Replace the machine instead, or set \
                          capvcd.allowNicChangesOnProvisioned",
                         old_provider_id(request)
                     ),
-                ));
+                    )
+                    .with_source(
+                        Source::rule(rules::PROVISIONED_UPDATE)
+                            .with_setting("capvcd.allowNicChangesOnProvisioned"),
+                    ),
+                );
             }
         }
     }
@@ -397,14 +417,17 @@ pub fn check_annotations(request: &Request, settings: &Settings) -> Addresses {
         }
         if let Some(allowed) = &settings.manual_networks {
             if !allowed.iter().any(|n| n == network) {
-                out.violations.push(fail(
-                    Reason::Forbidden,
-                    format!(
+                out.violations.push(
+                    fail(
+                        Reason::Forbidden,
+                        format!(
                         "this site allows MANUAL addresses only on {} (manualNetworks); remove \
                          {key} so the NIC on {network:?} takes a POOL address",
                         allowed.join(", ")
                     ),
-                ));
+                    )
+                    .with_source(Source::rule(rules::ADDRESS).with_setting("manualNetworks")),
+                );
                 continue;
             }
         }
@@ -488,13 +511,22 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
             .ip_allocation_mode = Some(IpAllocationMode::Pool);
     }
     let mut decision = capvcd::evaluate_with(request, &capvcd_settings);
+    source::nest_settings(&mut decision, "capvcd");
     for nic in &mut decision.nics {
         if let Some(address) = addresses.manual.get(&nic.network) {
             nic.ip_allocation_mode = IpAllocationMode::Manual;
             nic.ip_address = Some(address.to_string());
+            // The network is where the CAPVCD rules found it; the address is the annotation's
+            // (the `networks` entry above is this policy's own, not a setting of the site's).
+            if let Some(source) = nic.source.as_mut() {
+                source.rule = Some(rules::ADDRESS.to_string());
+                source.setting = None;
+            }
         }
     }
-    decision.violations.extend(addresses.violations);
+    let mut violations = addresses.violations;
+    source::tag(&mut violations, rules::ADDRESS, None);
+    decision.violations.extend(violations);
     decision.warnings.extend(addresses.warnings);
     decision.allowed = decision.violations.is_empty();
     decision

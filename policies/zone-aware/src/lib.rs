@@ -23,7 +23,18 @@ use std::collections::BTreeMap;
 
 use nicpolicy_plugin::capvcd;
 use nicpolicy_plugin::settings::{self, PolicySettings};
+use nicpolicy_plugin::source::{self, Origin, Source};
 use nicpolicy_plugin::{Decision, Machine, Reason, Request, Violation};
+
+/// The rule names this policy reports in each violation's and NIC's [`Source`].
+pub mod rules {
+    /// A logical name mapped to the network of the machine's zone.
+    pub const MAP: &str = "zone-aware/map";
+    /// A name the machine's mapping does not know.
+    pub const UNMAPPED: &str = "zone-aware/unmapped";
+    /// Logical names in a multi-zone cluster without a failure domain or a default mapping.
+    pub const ZONE_REQUIRED: &str = "zone-aware/zone-required";
+}
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -192,6 +203,8 @@ pub enum Resolved<'a> {
     Mapped {
         /// How messages name the mapping.
         label: String,
+        /// Where the mapping sits in the settings (`zones.zone-a`, `default`).
+        at: String,
         /// Logical name -> network.
         map: &'a NetworkMap,
     },
@@ -212,6 +225,7 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
     let default = || {
         settings.default.as_ref().map(|map| Resolved::Mapped {
             label: "the default mapping".to_string(),
+            at: "default".to_string(),
             map,
         })
     };
@@ -223,6 +237,7 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
         let zone_map = zone.and_then(|zone| {
             settings.zones.get(zone).map(|map| Resolved::Mapped {
                 label: format!("zone {zone:?}"),
+                at: format!("zones.{zone}"),
                 map,
             })
         });
@@ -245,6 +260,7 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
             if let Some(map) = settings.zones.get(zone) {
                 return Resolved::Mapped {
                     label: format!("zone {zone:?}"),
+                    at: format!("zones.{zone}"),
                     map,
                 };
             }
@@ -264,17 +280,20 @@ pub fn resolve<'a>(request: &Request, machine: &Machine, settings: &'a Settings)
         None => default().unwrap_or_else(|| {
             let zones: Vec<&str> = cluster.zones.iter().map(|z| z.name.as_str()).collect();
             Resolved::Unmapped {
-                violation: Some(Violation::new(
-                    format!("{spec}.failureDomain"),
-                    Reason::Required,
-                    format!(
+                violation: Some(
+                    Violation::new(
+                        format!("{spec}.failureDomain"),
+                        Reason::Required,
+                        format!(
                         "VCDCluster {:?} has zones and this machine lists logical networks, which \
                          are mapped per zone: set failureDomain to one of {}, or give the policy \
                          a default mapping",
                         cluster.name,
                         zones.join(", ")
                     ),
-                )),
+                    )
+                    .with_source(Source::rule(rules::ZONE_REQUIRED)),
+                ),
                 per_name: None,
             }
         }),
@@ -299,6 +318,8 @@ pub struct Mapped {
     pub network: String,
     /// The logical name it came from, when it was mapped.
     pub logical: Option<String>,
+    /// The settings entry that mapped it (`zones.zone-a.storage`), when it was mapped.
+    pub setting: Option<String>,
 }
 
 /// Maps the machine's extra networks: the kept entries (in order) and a violation for each
@@ -314,48 +335,57 @@ pub fn map_extras(
     let mut violations = Vec::new();
     let mut needs_zone = false;
     for (index, name) in machine.extra_ovdc_networks.iter().enumerate() {
-        let keep = |logical: Option<&String>, network: &str| Mapped {
+        let keep = |logical: Option<&String>, network: &str, at: Option<&str>| Mapped {
             index,
             network: network.to_string(),
             logical: logical.cloned(),
+            setting: at
+                .zip(logical)
+                .map(|(at, logical)| format!("{at}.{logical}")),
         };
         // Malformed names are CAPVCD's to report.
         if capvcd::check_name(name).is_err() {
-            kept.push(keep(None, name));
+            kept.push(keep(None, name, None));
             continue;
         }
         let field = format!("{spec}.extraOvdcNetworks[{index}]");
         match &resolved {
-            Resolved::Mapped { label, map } => {
+            Resolved::Mapped { label, at, map } => {
                 if let Some(network) = map.get(name) {
-                    kept.push(keep(Some(name), network));
+                    kept.push(keep(Some(name), network, Some(at)));
                 } else if map.values().any(|n| n == name) {
-                    kept.push(keep(None, name));
+                    kept.push(keep(None, name, None));
                 } else {
                     let hint = elsewhere(settings, name);
-                    violations.push(Violation::new(
-                        field,
-                        Reason::NotFound,
-                        format!(
+                    violations.push(
+                        Violation::new(
+                            field,
+                            Reason::NotFound,
+                            format!(
                             "network {name:?} has no mapping in {label} (its logical networks: \
                              {}){hint}",
                             names(map.keys())
                         ),
-                    ));
+                        )
+                        .with_source(Source::rule(rules::UNMAPPED).with_setting(at.clone())),
+                    );
                 }
             }
             Resolved::Unmapped { per_name, .. } => {
                 if !settings.is_logical(name) {
-                    kept.push(keep(None, name));
+                    kept.push(keep(None, name, None));
                     continue;
                 }
                 needs_zone = true;
                 if let Some(why) = per_name {
-                    violations.push(Violation::new(
-                        field,
-                        Reason::NotFound,
-                        format!("logical network {name:?} cannot be mapped: {why}"),
-                    ));
+                    violations.push(
+                        Violation::new(
+                            field,
+                            Reason::NotFound,
+                            format!("logical network {name:?} cannot be mapped: {why}"),
+                        )
+                        .with_source(Source::rule(rules::UNMAPPED)),
+                    );
                 }
             }
         }
@@ -418,6 +448,18 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     let positions: Vec<usize> = kept.iter().map(|m| m.index).collect();
     let fields = capvcd::ExtraFields::with_positions(&mapped, &positions);
     let mut decision = capvcd::evaluate_fields(&mapped, &settings.capvcd, &fields);
+    source::nest_settings(&mut decision, "capvcd");
+    // A mapped NIC comes from the mapping's entry, not from the name the machine lists.
+    for nic in decision.nics.iter_mut().filter(|nic| nic.index > 0) {
+        let Some(entry) = kept.get(nic.index as usize - 1) else {
+            continue;
+        };
+        if let (Some(setting), Some(source)) = (&entry.setting, nic.source.as_mut()) {
+            source.origin = Some(Origin::Settings);
+            source.rule = Some(rules::MAP.to_string());
+            source.setting = Some(setting.clone());
+        }
+    }
 
     let prefix = format!("{spec}.extraOvdcNetworks[");
     for violation in &mut decision.violations {

@@ -133,7 +133,9 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
 
     let dup = result(&report, "audit-eu1-md-0-dup").expect("dup reported");
     assert_eq!(dup["result"], "fail");
-    assert_eq!(dup["rule"], "Duplicate");
+    // The rule that found it; the reason beside the field.
+    assert_eq!(dup["rule"], "capvcd/duplicate", "{dup}");
+    assert_eq!(dup["properties"]["reason"], "Duplicate");
     assert_eq!(dup["properties"]["field"], "spec.extraOvdcNetworks[1]");
     assert_eq!(dup["properties"]["cluster"], "Cluster/audit-eu1");
     assert!(dup["message"]
@@ -144,7 +146,8 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
     assert!(dup["resources"][0]["uid"].is_string());
 
     let typo = result(&report, "audit-eu1-md-0-typo").expect("typo reported");
-    assert_eq!(typo["rule"], "NotFound");
+    assert_eq!(typo["rule"], "capvcd/inventory", "{typo}");
+    assert_eq!(typo["properties"]["reason"], "NotFound");
     assert_eq!(typo["properties"]["field"], "spec.extraOvdcNetworks[0]");
     assert!(
         typo["message"].as_str().unwrap().contains("storage-net"),
@@ -187,7 +190,7 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
     // A machine of a cluster that does not exist: the rules that need no cluster still deny.
     let gone = result(&report, "audit-eu1-gone-md-0-a").expect("reported");
     assert_eq!(gone["result"], "fail", "{gone}");
-    assert_eq!(gone["rule"], "Duplicate");
+    assert_eq!(gone["rule"], "capvcd/duplicate", "{gone}");
     assert!(
         gone["properties"]["clusterUnknown"]
             .as_str()
@@ -601,7 +604,8 @@ async fn a_policy_change_re_evaluates_every_namespace() {
     .await;
     eprintln!("e2e: policy change reported in {:.1} s", took.as_secs_f64());
     let a = result(&report, "audit-reload-md-0-a").expect("a");
-    assert_eq!(a["rule"], "TooMany", "{a}");
+    assert_eq!(a["rule"], "capvcd/max-nics", "{a}");
+    assert_eq!(a["properties"]["reason"], "TooMany", "{a}");
     assert!(
         controller
             .metric("nicpolicy_controller_policy_generation")
