@@ -35,7 +35,7 @@ const EXAMPLES: &[(&str, &str)] = &[
 pub fn embed(workspace: &Path, crates: &[PolicyCrate], out_dir: &Path) {
     println!("cargo:rerun-if-env-changed=NICPOLICY_PLAYGROUND_DIR");
     // The page's crate, and the host's manifest reader it compiles (see its lib.rs).
-    for watched in ["host/playground", "host/src/manifest.rs"] {
+    for watched in ["host/playground", "host/inputs"] {
         println!(
             "cargo:rerun-if-changed={}",
             workspace.join(watched).display()

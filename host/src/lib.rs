@@ -92,18 +92,18 @@ pub mod compiler;
 pub mod controller;
 pub mod engine;
 pub mod error;
-pub mod files;
 pub mod inspect;
 pub mod junit;
 pub mod kubewarden;
 pub mod lifecycle;
 pub mod limits;
-pub mod manifest;
 pub mod mode;
 pub mod network_config;
 #[cfg(feature = "playground")]
 pub mod playground;
 pub mod policy;
+#[cfg(feature = "webhook")]
+pub mod probes;
 pub mod served;
 pub mod spec;
 pub mod stages;
@@ -118,6 +118,7 @@ pub use error::{EvalError, LoadError};
 pub use limits::{Budget, Limits, LARGE_INPUT_SHARE};
 pub use manifest::{ManifestError, RequestFiles};
 pub use mode::Mode;
+pub use nicpolicy_inputs::{files, manifest};
 pub use nicpolicy_plugin as plugin;
 pub use policy::{Evaluation, LogLine, Policy, PolicyOptions, RequestFormat};
 pub use spec::{ChainLoadError, ChainLoader, PolicySource, PolicySpec, SettingsSource};

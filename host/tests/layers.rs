@@ -1,6 +1,7 @@
 //! The host's layers, drawn from its imports: a module may use the modules below it, never one
 //! above it or beside it. The shared layer (the engine and policies, `served`: the configuration
-//! and its snapshot, `clusters`: the file-based cluster lookup, `audit`'s offline evaluation)
+//! and its snapshot, `clusters`: the cluster lookup of the `nicpolicy-inputs` crate, which a
+//! `cargo tree` check keeps free of engines and clients, `audit`'s offline evaluation)
 //! knows nothing of HTTP or the Kubernetes API; the adapters (`webhook`, `controller`, the live
 //! readers) stand on it; the CLI's commands share through named modules only. Read from the
 //! source: code lines only (comments and the unit-test modules at the end of a file do not
@@ -200,7 +201,8 @@ fn the_shared_layer_knows_no_http_and_no_kubernetes_client() {
     let mut found = Vec::new();
     for (file, code) in sources() {
         // The live readers and the adapters may; nothing else in the library.
-        let live = file == "audit/live.rs" || file == "clusters/live.rs";
+        // `probes.rs`: the probe and metrics endpoints the adapters serve.
+        let live = file == "audit/live.rs" || file == "clusters/live.rs" || file == "probes.rs";
         let adapter = ["webhook", "controller", "playground"].contains(&top(&file));
         if live || adapter || file.starts_with("cli/") || file == "main.rs" || file == "lib.rs" {
             continue;
@@ -243,6 +245,56 @@ fn commands_share_through_named_modules_not_through_each_other() {
         }
     }
     assert!(crossing.is_empty(), "{}", crossing.join("\n"));
+}
+
+#[test]
+fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
+    // The playground compiles nicpolicy-inputs to wasm32, and the commands read manifests with
+    // it: it must not pull Wasmtime, a Kubernetes client, an async runtime or an HTTP stack.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--package",
+            "nicpolicy-inputs",
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    let tree = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let crates: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert!(crates.contains("nicpolicy-plugin"), "{tree}");
+    let forbidden = [
+        "wasmtime",
+        "kube",
+        "kube-client",
+        "kube-runtime",
+        "tokio",
+        "axum",
+        "hyper",
+        "tower",
+        "rustls",
+    ];
+    let found: Vec<&&str> = forbidden.iter().filter(|c| crates.contains(**c)).collect();
+    assert!(
+        found.is_empty(),
+        "nicpolicy-inputs depends on {found:?}:\n{tree}"
+    );
 }
 
 #[test]

@@ -224,7 +224,15 @@ test("a whole clusterctl output of a multi-zone cluster: every template decided 
   // Zone-a's primary for the control plane; md-1 has no zone: NIC 0 is left to CAPVCD, and
   // zone-c's primary listed as an extra is marked.
   const control = await pictureOf(page, "prod-eu1-control-plane");
-  assert.deepEqual(control.nics[0], { index: 0, entry: null, network: "mgmt-net-a", primary: true, placeholder: false, violations: [] });
+  assert.deepEqual(control.nics[0], {
+    index: 0,
+    entry: null,
+    network: "mgmt-net-a",
+    primary: true,
+    placeholder: false,
+    violations: [],
+    source: "the machine's zone (cluster.spec.multiZoneSpec.zones[0].ovdcNetworkName), rule capvcd/plan, policy nicpolicy-capvcd",
+  });
   const md1 = await pictureOf(page, "prod-eu1-md-1");
   assert.equal(md1.decision, "denied");
   assert.equal(md1.nics[0].placeholder, true);

@@ -3,13 +3,12 @@
 //! wasm-bindgen. The page (`www/`) evaluates the requests with the built-in policies' JS builds
 //! and draws the decisions.
 //!
-//! The same code as the host: each object is mapped by `nicpolicy_plugin::objects` (feature
-//! `objects`), and the files around them (YAML or JSON text, several documents, `kind: List`,
-//! which VCDCluster a machine uses, errors with line, column and field path) are read by
-//! `host/src/manifest.rs`, the very file the `nicpolicy` binary compiles. The page and
-//! `nicpolicy eval` read the same objects, report the same errors and build the same requests.
-//! The host crate itself cannot be a dependency (it links Wasmtime, which does not build for
-//! wasm32), so that file is compiled here as a module of its own.
+//! The same code as the host: the manifest files are read, and each machine's cluster found, by
+//! the `nicpolicy-inputs` crate the `nicpolicy` binary uses (YAML or JSON text, several
+//! documents, `kind: List`, errors with line, column and field path), and a chain's decisions
+//! are combined by `nicpolicy_plugin::combine`. The page and `nicpolicy eval` read the same
+//! objects, report the same errors, build the same requests and combine alike. The host crate
+//! itself cannot be a dependency (it links Wasmtime, which does not build for wasm32).
 //!
 //! From JavaScript (`wasm-bindgen --target web`), every function takes and returns JSON text:
 //!
@@ -19,14 +18,6 @@
 //! const { machines, errors } = JSON.parse(readManifests(clusterYaml, machinesYaml, inventoryYaml));
 //! ```
 
-#[path = "../../src/files.rs"]
-#[allow(dead_code)]
-mod files;
-#[path = "../../src/manifest.rs"]
-// The page reads text, never files: the file-reading half of the module, and what it re-exports
-// for the host's users, go unused here.
-#[allow(dead_code, unused_imports)]
-mod manifest;
 pub mod requests;
 
 use wasm_bindgen::prelude::wasm_bindgen;

@@ -7,7 +7,9 @@ use nicpolicy_plugin::{Inventory, Request};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::manifest::{build_request, mark_control_plane, ManifestError, ManifestFile, Object};
+use nicpolicy_inputs::manifest::{
+    build_request, mark_control_plane, ManifestError, ManifestFile, Object,
+};
 
 /// The kinds the page evaluates.
 const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
@@ -54,6 +56,7 @@ impl From<ManifestError> for InputError {
             ManifestError::Read { path, .. }
             | ManifestError::Missing { path, .. }
             | ManifestError::Ambiguous { path, .. }
+            | ManifestError::Cluster { path, .. }
             | ManifestError::TooLarge { path } => (path, None, None, None),
         };
         InputError {

@@ -101,6 +101,33 @@ pub fn rule_of(v: &Violation) -> &str {
 /// What [`rule_of`] says of a violation whose policy names no rule.
 pub const NO_RULE: &str = "(not reported)";
 
+#[cfg(test)]
+impl Finding {
+    /// The finding of VCDMachine `name` in prod-eu1 with `decision` (allowed or denied as the
+    /// decision says), nothing else known.
+    pub(crate) fn decided_for_tests(name: &str, decision: Decision) -> Finding {
+        Finding {
+            object: ObjectId {
+                uid: Some(format!("uid-{name}")),
+                ..ObjectId::worker_for_tests(name)
+            },
+            cluster: None,
+            result: if decision.allowed {
+                Verdict::Allowed
+            } else {
+                Verdict::Denied
+            },
+            message: None,
+            decision: Some(decision),
+            unapplied: Vec::new(),
+            drift: Vec::new(),
+            shadow: None,
+            request: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
 impl Finding {
     /// Each violation of its decision as one line, `field (Reason): message`: what the JUnit
     /// report of `audit` and the controller's Events carry.

@@ -154,19 +154,7 @@ mod tests {
         );
         Finding {
             object: ObjectId::worker_for_tests("prod-eu1-md-0-x7k2p"),
-            cluster: None,
-            result: if decision.allowed {
-                Verdict::Allowed
-            } else {
-                Verdict::Denied
-            },
-            message: None,
-            decision: Some(decision),
-            unapplied: Vec::new(),
-            drift: Vec::new(),
-            shadow: None,
-            request: None,
-            elapsed: Duration::ZERO,
+            ..Finding::decided_for_tests("prod-eu1-md-0-x7k2p", decision)
         }
     }
 

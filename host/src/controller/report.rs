@@ -283,7 +283,6 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::ObjectId;
     use nicpolicy_plugin::{Decision, Reason, Violation};
 
     fn finding(name: &str, violations: usize) -> Finding {
@@ -315,28 +314,7 @@ mod tests {
                     .collect(),
             )
         };
-        Finding {
-            object: ObjectId {
-                kind: "VCDMachine".into(),
-                namespace: "prod-eu1".into(),
-                name: name.into(),
-                source: None,
-                uid: Some(format!("uid-{name}")),
-            },
-            cluster: None,
-            result: if violations == 0 {
-                Verdict::Allowed
-            } else {
-                Verdict::Denied
-            },
-            message: None,
-            decision: Some(decision),
-            unapplied: Vec::new(),
-            drift: Vec::new(),
-            shadow: None,
-            request: None,
-            elapsed: std::time::Duration::ZERO,
-        }
+        Finding::decided_for_tests(name, decision)
     }
 
     #[test]

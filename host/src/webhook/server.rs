@@ -116,10 +116,7 @@ impl App {
 
     /// The routes.
     pub fn router(self: &Arc<Self>) -> Router {
-        let mut router = Router::new()
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics));
+        let mut router = Router::new().merge(crate::probes::routes::<App>());
         if let Some(log) = &self.stage_log {
             let log = log.clone();
             router = router.route(
@@ -405,32 +402,23 @@ fn respond(answer: Answer) -> Response {
     response
 }
 
-async fn readyz(State(app): State<Arc<App>>) -> Response {
-    if !app.accepting.load(Ordering::Acquire) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+impl crate::probes::Probed for App {
+    fn readiness(&self) -> Result<String, String> {
+        if !self.accepting.load(Ordering::Acquire) {
+            return Err("shutting down".into());
+        }
+        if !self.reviewer.clusters().ready() {
+            return Err("cluster cache not synced yet".into());
+        }
+        Ok(format!(
+            "ok: generation {}",
+            self.reviewer.policies().get().generation
+        ))
     }
-    if !app.reviewer.clusters().ready() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "cluster cache not synced yet\n",
-        )
-            .into_response();
-    }
-    let served = app.reviewer.policies().get();
-    (
-        StatusCode::OK,
-        format!("ok: generation {}\n", served.generation),
-    )
-        .into_response()
-}
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let mut response = app.reviewer.metrics().encode().into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    response
+    fn metrics(&self) -> String {
+        self.reviewer.metrics().encode()
+    }
 }
 
 async fn not_found(request: Request) -> Response {
@@ -441,9 +429,10 @@ async fn not_found(request: Request) -> Response {
     (
         StatusCode::NOT_FOUND,
         format!(
-            "no endpoint {}; reviews go to {}; probes: /healthz, /readyz, /metrics\n",
+            "no endpoint {}; reviews go to {}; probes: {}\n",
             request.uri().path(),
-            paths.join(", ")
+            paths.join(", "),
+            crate::probes::PATHS.join(", ")
         ),
     )
         .into_response()
@@ -523,5 +512,133 @@ impl Server {
             Ok(result) => result,
             Err(err) => Err(std::io::Error::other(err)),
         }
+    }
+}
+
+// The body handling of the routes, over plain HTTP on loopback (TLS is the acceptor's, tested
+// with the whole server in tests/tests/webhook.rs).
+#[cfg(all(test, feature = "builtin"))]
+mod tests {
+    use std::path::Path;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::clusters::StaticClusters;
+    use crate::HostConfig;
+
+    /// A served app with a 4 KiB body limit and a 300 ms read deadline, on loopback.
+    async fn serving() -> SocketAddr {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster.yaml");
+        let text = format!(
+            "policies:\n  VCDMachine: [{{builtin: capvcd}}]\nmaxRequestBytes: 4Ki\n\
+             connections: {{readTimeout: 300ms}}\nclusters: {{source: Static, files: [{}]}}\n",
+            examples.display()
+        );
+        let config = ServeConfig::parse(Path::new("nicpolicy.yaml"), &text).expect("config");
+        let host = Host::new(HostConfig {
+            cache_dir: None,
+            ..HostConfig::default()
+        })
+        .expect("engine");
+        let clusters = Arc::new(StaticClusters::default());
+        let app = Arc::new(App::new(host, config, clusters).expect("policies load"));
+        let router = app.router();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    fn url(addr: SocketAddr, path: &str) -> String {
+        format!("http://{addr}{path}")
+    }
+
+    #[tokio::test]
+    async fn an_oversized_review_is_denied_to_its_uid_or_refused_without_one() {
+        let addr = serving().await;
+        let client = reqwest::Client::new();
+        let path = Endpoint::Validate.path(ObjectKind::VcdMachine);
+        // The uid comes first, as kube-apiserver writes it: the answer is a denial to it.
+        let padding = "x".repeat(8 << 10);
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"7f3c","object":{{"pad":"{padding}"}}}}}}"#
+        );
+        let response = client
+            .post(url(addr, &path))
+            .body(body)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.expect("body");
+        let review: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(review["response"]["uid"], "7f3c");
+        assert_eq!(review["response"]["allowed"], false);
+        assert_eq!(review["response"]["status"]["code"], 413);
+        let message = review["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            message.contains("4096-byte limit (maxRequestBytes)"),
+            "{message}"
+        );
+        // No uid to answer to: HTTP 413.
+        let response = client
+            .post(url(addr, &path))
+            .body(padding)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.status(), 413);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_is_cut_at_the_read_deadline_and_the_server_keeps_serving() {
+        let addr = serving().await;
+        let path = Endpoint::Validate.path(ObjectKind::VcdMachine);
+        let mut stalled = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: 1000\r\n\r\n{{\"apiVersion\":"
+        );
+        stalled.write_all(head.as_bytes()).await.expect("writes");
+        let mut answer = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), stalled.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the connection was not cut");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("connections.readTimeout"), "{answer}");
+        // Meanwhile the server answers everyone else.
+        let ready = reqwest::get(url(addr, "/readyz")).await.expect("answers");
+        assert_eq!(ready.status(), 200);
+        assert!(ready
+            .text()
+            .await
+            .unwrap_or_default()
+            .starts_with("ok: generation 1"));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_no_review_gets_a_clear_400() {
+        let addr = serving().await;
+        let path = Endpoint::Validate.path(ObjectKind::VcdMachine);
+        let response = reqwest::Client::new()
+            .post(url(addr, &path))
+            .body("kind: AdmissionReview")
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.status(), 400);
+        let text = response.text().await.unwrap_or_default();
+        assert!(
+            text.contains("not JSON") || text.contains("AdmissionReview"),
+            "{text}"
+        );
     }
 }

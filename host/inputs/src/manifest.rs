@@ -14,6 +14,8 @@ use nicpolicy_plugin::objects::{
     self, cluster_from_object, inventory_from_object, machine_from_object, FieldError,
 };
 use nicpolicy_plugin::{Cluster, Inventory, Machine, ObjectKind, Request};
+
+use crate::clusters::StaticClusters;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -67,6 +69,17 @@ pub enum ManifestError {
     TooLarge {
         /// The file.
         path: PathBuf,
+    },
+    /// The machine's cluster is not in the files ([`crate::clusters::StaticClusters::find`]
+    /// says why).
+    #[error("{}: {machine}: {message}", path.display())]
+    Cluster {
+        /// The cluster file.
+        path: PathBuf,
+        /// The machine, as `VCDMachine prod-eu1/prod-eu1-md-0-x7k2p`.
+        machine: String,
+        /// Why its cluster was not found.
+        message: String,
     },
     /// Several candidate objects and no way to choose.
     #[error("{}: {count} {kind} objects ({names}); {hint}", path.display())]
@@ -303,46 +316,6 @@ impl ManifestFile {
     /// The field at fault, with the object's place in the file.
     pub fn machine_object(&self, object: &Object) -> Result<(ObjectKind, Machine), ManifestError> {
         machine_from_object(&object.value).map_err(|err| self.object_error(object, err))
-    }
-
-    /// The VCDCluster in the file; `cluster_name` (the machine's cluster-name label) picks one
-    /// when there are several.
-    pub fn cluster(&self, cluster_name: Option<&str>) -> Result<Cluster, ManifestError> {
-        let all: Vec<&Object> = self.of_kinds(&["VCDCluster"]).collect();
-        let object =
-            match all.as_slice() {
-                [one] => *one,
-                [] => {
-                    return Err(ManifestError::Missing {
-                        path: self.path.clone(),
-                        expected: "VCDCluster".to_string(),
-                        found: self.kinds(),
-                    })
-                }
-                several => {
-                    let named: Vec<&&Object> = several
-                        .iter()
-                        .filter(|o| cluster_name.is_some_and(|n| o.name() == n))
-                        .collect();
-                    match named.as_slice() {
-                        [one] => **one,
-                        _ => return Err(ManifestError::Ambiguous {
-                            path: self.path.clone(),
-                            count: several.len(),
-                            kind: "VCDCluster".to_string(),
-                            names: several
-                                .iter()
-                                .map(|o| o.name())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            hint:
-                                "label the machine with cluster.x-k8s.io/cluster-name to pick one"
-                                    .to_string(),
-                        }),
-                    }
-                }
-            };
-        self.cluster_object(object)
     }
 
     /// The VCDMachineTemplates that a KubeadmControlPlane of this file builds its machines from
@@ -708,9 +681,13 @@ pub fn mark_control_plane(machine: &mut Machine, kind: ObjectKind, files: &[&Man
 }
 
 /// Builds a request from parsed files: UPDATE when `old` is given, CREATE otherwise. The
-/// VCDCluster is picked by the machine's `cluster.x-k8s.io/cluster-name` label when the cluster
-/// file holds several. Without a cluster file the cluster is not known yet
-/// ([`Request::cluster_unknown`]), as for a template applied before its cluster.
+/// machine's cluster is found among the objects of the machine file and the cluster file by
+/// the one rule of [`StaticClusters::find`] (its `cluster.x-k8s.io/cluster-name` label names a
+/// Cluster of its namespace, whose `infrastructureRef` names the VCDCluster; without a Cluster
+/// object, the VCDCluster of that name; without the label, the only VCDCluster of the machine's
+/// file, else of the files), as the webhook, `audit` and the playground find it. Without a
+/// cluster file the cluster is not known yet ([`Request::cluster_unknown`]), as for a template
+/// applied before its cluster.
 pub fn build_request(
     machine_file: &ManifestFile,
     machine_name: Option<&str>,
@@ -726,7 +703,30 @@ pub fn build_request(
         .get(nicpolicy_plugin::schema::CLUSTER_NAME_LABEL)
         .map(String::as_str);
     let cluster = match cluster_file {
-        Some(file) => Ok(file.cluster(cluster_name)?),
+        Some(file) => {
+            let mut clusters = StaticClusters::default();
+            clusters.add(machine_file);
+            if !std::ptr::eq(file, machine_file) {
+                clusters.add(file);
+            }
+            let object = machine_file.find_machine(machine_name)?;
+            let found = clusters
+                .find(&object.value, &machine_file.path)
+                .map_err(|err| ManifestError::Cluster {
+                    path: file.path.clone(),
+                    machine: format!(
+                        "{} {}/{}",
+                        kind.as_str(),
+                        namespace_or_default(&object.value),
+                        object.name()
+                    ),
+                    message: err.to_string(),
+                })?;
+            if found.control_plane {
+                machine.role = nicpolicy_plugin::Role::ControlPlane;
+            }
+            Ok(found.cluster)
+        }
         None => Err(cluster_name.unwrap_or_default().to_string()),
     };
     let stored = match old_file {
@@ -850,5 +850,39 @@ status:
         .unwrap();
         let (field, _) = check_inventory(&inv).unwrap_err();
         assert_eq!(field, "networks[0].staticIpRanges[0]");
+    }
+
+    #[test]
+    fn a_machines_cluster_is_found_by_the_one_rule() {
+        let vcd = |name: &str, network: &str| {
+            format!(
+                "apiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDCluster\n\
+                 metadata: {{name: {name}, namespace: prod-eu1}}\n\
+                 spec: {{ovdc: eu1-ovdc-prod, ovdcNetwork: {network}}}\n"
+            )
+        };
+        let machine = parse(MACHINE);
+        // The label is never ignored: a file's only VCDCluster of another cluster is not used.
+        let other = ManifestFile::parse(Path::new("cluster.yaml"), &vcd("prod-us1", "mgmt-net"))
+            .expect("parses");
+        let err = build_request(&machine, None, Some(&other), None, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cluster.yaml: VCDMachine prod-eu1/prod-eu1-md-0-x7k2p: no Cluster or VCDCluster \
+             named prod-eu1 in namespace prod-eu1 in the cluster files"
+        );
+        // The Cluster's infrastructureRef wins over a VCDCluster merely named like the label.
+        let text = format!(
+            "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\n\
+             metadata: {{name: prod-eu1, namespace: prod-eu1}}\n\
+             spec: {{infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta3, \
+             kind: VCDCluster, name: prod-eu1-vcd}}}}\n---\n{}---\n{}",
+            vcd("prod-eu1-vcd", "mgmt-net"),
+            vcd("prod-eu1", "ext-dmz-net")
+        );
+        let clusters = ManifestFile::parse(Path::new("cluster.yaml"), &text).expect("parses");
+        let request = build_request(&machine, None, Some(&clusters), None, None).expect("builds");
+        assert_eq!(request.cluster.name, "prod-eu1-vcd");
+        assert_eq!(request.cluster.ovdc_network, "mgmt-net");
     }
 }
