@@ -99,6 +99,8 @@ pub mod lifecycle;
 pub mod limits;
 pub mod mode;
 pub mod network_config;
+#[cfg(feature = "oci")]
+pub mod oci;
 #[cfg(feature = "playground")]
 pub mod playground;
 pub mod policy;

@@ -48,6 +48,12 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Push a policy module to an OCI registry (Kubewarden's layout) and print the immutable
+    /// reference (host/repo@sha256:...) to pin in a configuration.
+    Push(cli::push::PushArgs),
+    /// Pull a policy module from an OCI registry (Kubewarden's or the CNCF Wasm layout),
+    /// check it and write it to a file.
+    Pull(cli::pull::PullArgs),
     /// Time policies on the requests of case files: compile and cache-load time, evaluation
     /// p50/p99 and peak memory per case, beside the built-in CAPVCD policy.
     Bench(cli::bench::BenchArgs),
@@ -81,7 +87,7 @@ enum Command {
 /// configuration's `sha256` pin name it).
 fn long_version() -> String {
     let mut text = format!(
-        "{}\nABI: nicpolicy v{} (requests: JSON, binary v1, binary v2)\nbuilt-in policies:",
+        "{}\nABI: nicpolicy v{} (requests: JSON, binary v1, binary v2, binary v3)\nbuilt-in policies:",
         env!("CARGO_PKG_VERSION"),
         nicpolicy::plugin::abi::ABI_VERSION
     );
@@ -128,6 +134,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Push(args) => cli::push::run(args),
+        Command::Pull(args) => cli::pull::run(args),
         Command::New(args) => cli::new::run(args),
         Command::Bench(args) => cli::bench::run(args, &positions),
         Command::Playground(args) => cli::playground::run(args),

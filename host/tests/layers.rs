@@ -298,6 +298,57 @@ fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
 }
 
 #[test]
+fn one_tls_stack_ring_and_no_aws_lc_or_openssl() {
+    // kube, the webhook's server and the registry client all run rustls on ring; a dependency
+    // that turns on aws-lc-rs or OpenSSL would add a second stack to build, audit and patch.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    for stack in [
+        "aws-lc-rs",
+        "aws-lc-sys",
+        "openssl",
+        "openssl-sys",
+        "native-tls",
+    ] {
+        let output = std::process::Command::new(&cargo)
+            .args([
+                "tree",
+                "--offline",
+                "--workspace",
+                "--edges",
+                "normal",
+                "--invert",
+                stack,
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo tree runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains("did not match any packages"),
+            "{stack} is in the build:\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    let ring = std::process::Command::new(&cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--workspace",
+            "--edges",
+            "normal",
+            "--invert",
+            "ring",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        ring.status.success(),
+        "ring is the TLS provider, so it is in the build"
+    );
+}
+
+#[test]
 fn the_checks_see_what_they_look_for() {
     // Paths are whole segments: another crate's name ending the same way is not this crate.
     let code = "use crate::webhook::Server;\nlet x = nicpolicy_plugin::objects::y(crate::spec::Z);";

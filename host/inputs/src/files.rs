@@ -18,6 +18,19 @@ pub enum BoundedReadError {
     },
 }
 
+impl std::fmt::Display for BoundedReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoundedReadError::Io(err) => write!(f, "{err}"),
+            BoundedReadError::Over { at_least } => {
+                write!(f, "it holds {at_least} bytes or more, over the limit")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BoundedReadError {}
+
 /// The bytes of `path`, when it holds at most `limit` of them; reads at most one byte more.
 pub fn read_at_most(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
     let file = std::fs::File::open(path).map_err(BoundedReadError::Io)?;

@@ -1,0 +1,64 @@
+//! How `push`, `pull` and `inspect` reach a registry: `--plain-http`, `--registry-config`,
+//! `--registry-ca`.
+
+use std::path::PathBuf;
+
+use nicpolicy::oci::{OciError, RegistryOptions};
+
+use super::{runtime, usage, Failure};
+
+/// Registry options shared by the commands that talk to one.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RegistryArgs {
+    /// Talk plain HTTP to the registry: only for one on loopback (127.0.0.1, ::1, localhost),
+    /// such as a test registry or a local mirror.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// The docker config.json with the registry's credentials (`docker login` writes it; an
+    /// imagePullSecret holds one). Default: $DOCKER_CONFIG/config.json, else
+    /// ~/.docker/config.json, anonymous when there is none.
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+    /// A PEM file of CA certificates to trust for the registry, beside the system's (a private
+    /// registry's CA). Repeat for several.
+    #[arg(long = "registry-ca", value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
+}
+
+impl RegistryArgs {
+    /// The library's options.
+    pub fn options(&self) -> RegistryOptions {
+        RegistryOptions {
+            plain_http: self.plain_http,
+            docker_config: self.registry_config.clone(),
+            ca_files: self.registry_ca.clone(),
+        }
+    }
+}
+
+/// A reference given as `oci://host/repo:tag` or `host/repo:tag`, without the scheme.
+pub fn without_scheme(reference: &str) -> &str {
+    reference.strip_prefix("oci://").unwrap_or(reference)
+}
+
+/// Runs `future` on a runtime of its own: the commands are otherwise synchronous.
+pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(future))
+}
+
+/// The exit status of a registry error: what the user gave (a reference, `--plain-http` to a
+/// remote registry, credentials or CA files) is usage (2); what the registry or the artifact
+/// did is a run-time failure (3).
+pub fn failure(error: OciError) -> Failure {
+    match error {
+        OciError::Reference { .. } | OciError::PlainHttp { .. } | OciError::Config(_) => {
+            usage(error)
+        }
+        OciError::Registry { .. } | OciError::Layout { .. } | OciError::Digest { .. } => {
+            runtime(error)
+        }
+    }
+}

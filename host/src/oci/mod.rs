@@ -1,0 +1,381 @@
+//! Policies as OCI artifacts: `nicpolicy push` writes a module to a registry, `nicpolicy pull`
+//! reads it back, both through oci-client (the OCI distribution client of the ORAS project).
+//!
+//! - **Push** writes Kubewarden's layout, so `kwctl` and policy-server read the same artifact:
+//!   a config of type [`KUBEWARDEN_CONFIG`] (`{}`), one layer of type [`KUBEWARDEN_LAYER`] (the
+//!   module), and annotations from the module's metadata. It answers the immutable reference
+//!   `host/repo@sha256:...` of the manifest it wrote: sign and pin that, never a tag.
+//! - **Pull** accepts that layout and the CNCF Wasm artifact layout ([`CNCF_CONFIG`],
+//!   [`CNCF_LAYER`]); anything else (an image, two layers) is refused naming what it holds. The
+//!   layer's digest is checked against the manifest as it is read, and the bytes must be a
+//!   WebAssembly module.
+//! - **Transport**: HTTPS with the system's CAs plus any given; plain HTTP only to a loopback
+//!   registry (`--plain-http`), for tests and local mirrors. Credentials come from a docker
+//!   `config.json` ([`auth`]), the format of an imagePullSecret.
+
+pub mod auth;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::OciImageManifest;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use sha2::{Digest, Sha256};
+
+use crate::inspect::ModuleInfo;
+
+/// Kubewarden's config media type (written on push, read on pull).
+pub const KUBEWARDEN_CONFIG: &str = "application/vnd.wasm.config.v1+json";
+/// Kubewarden's layer media type.
+pub const KUBEWARDEN_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
+/// The CNCF Wasm artifact's config media type (read on pull).
+pub const CNCF_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// The CNCF Wasm artifact's layer media type.
+pub const CNCF_LAYER: &str = "application/wasm";
+/// The manifest media type written.
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// Why a registry operation failed; every variant names the reference.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// The reference does not parse.
+    #[error("{reference}: not an OCI reference ({why}); write host/repository:tag or host/repository@sha256:...")]
+    Reference {
+        /// As given.
+        reference: String,
+        /// The parser's words.
+        why: String,
+    },
+    /// `--plain-http` to a registry that is not on this machine.
+    #[error("{reference}: plain HTTP is only for a registry on loopback (127.0.0.1, ::1, localhost), not {registry}; use HTTPS (a private CA: --registry-ca)")]
+    PlainHttp {
+        /// As given.
+        reference: String,
+        /// Its registry.
+        registry: String,
+    },
+    /// The registry refused, or could not be reached.
+    #[error("{reference}: {what}: {why}")]
+    Registry {
+        /// As given.
+        reference: String,
+        /// What was being done (`pulling`, `pushing the layer`, ...).
+        what: &'static str,
+        /// The client's words.
+        why: String,
+    },
+    /// The artifact is not a Wasm policy in a layout this reads.
+    #[error("{reference}: {why}")]
+    Layout {
+        /// As given.
+        reference: String,
+        /// What it holds instead.
+        why: String,
+    },
+    /// The bytes are not what the manifest says.
+    #[error(
+        "{reference}: the layer's bytes have digest {actual}, but the manifest says {expected}"
+    )]
+    Digest {
+        /// As given.
+        reference: String,
+        /// The manifest's.
+        expected: String,
+        /// The bytes'.
+        actual: String,
+    },
+    /// Credentials or CA files that cannot be used.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How to reach registries.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryOptions {
+    /// Plain HTTP, refused for anything but a loopback registry.
+    pub plain_http: bool,
+    /// The docker `config.json` with credentials; `None` looks where docker does
+    /// (`$DOCKER_CONFIG/config.json`, `~/.docker/config.json`), and none there is anonymous.
+    pub docker_config: Option<PathBuf>,
+    /// PEM files of CAs to trust beside the system's.
+    pub ca_files: Vec<PathBuf>,
+}
+
+/// A pulled module.
+#[derive(Clone, Debug)]
+pub struct Pulled {
+    /// The module's bytes.
+    pub bytes: Vec<u8>,
+    /// `sha256:...` of the layer (the module's sha256 with the prefix).
+    pub layer_digest: String,
+    /// The immutable reference of what was pulled: `host/repo@sha256:...` (the manifest's).
+    pub immutable: String,
+    /// Which layout it was in.
+    pub layout: Layout,
+}
+
+/// The artifact layouts pull reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Kubewarden's (`kwctl push`, `nicpolicy push`).
+    Kubewarden,
+    /// The CNCF Wasm artifact.
+    Cncf,
+}
+
+impl Layout {
+    /// How messages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Kubewarden => "Kubewarden",
+            Layout::Cncf => "CNCF Wasm",
+        }
+    }
+}
+
+/// Parses `reference` (`host/repo:tag`, `host/repo@sha256:...`).
+///
+/// # Errors
+/// [`OciError::Reference`].
+pub fn parse_reference(reference: &str) -> Result<Reference, OciError> {
+    reference
+        .parse::<Reference>()
+        .map_err(|err| OciError::Reference {
+            reference: reference.to_string(),
+            why: err.to_string(),
+        })
+}
+
+/// A registry client for `reference` with `options`, and the credentials to use.
+fn client(
+    reference: &str,
+    parsed: &Reference,
+    options: &RegistryOptions,
+) -> Result<(Client, RegistryAuth), OciError> {
+    // reqwest is built without a TLS provider of its own: the process uses ring, as the
+    // webhook does (one TLS stack; no aws-lc-rs).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let registry = parsed.resolve_registry().to_string();
+    let protocol = if options.plain_http {
+        let host = registry
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(registry.as_str(), |(host, _)| host);
+        if !matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "::1") {
+            return Err(OciError::PlainHttp {
+                reference: reference.to_string(),
+                registry,
+            });
+        }
+        ClientProtocol::HttpsExcept(vec![registry.clone()])
+    } else {
+        ClientProtocol::Https
+    };
+    let mut extra_root_certificates = Vec::new();
+    for path in &options.ca_files {
+        let data = crate::files::read_at_most(path, 1 << 20).map_err(|err| {
+            OciError::Config(format!(
+                "{}: cannot read the CA bundle: {err}",
+                path.display()
+            ))
+        })?;
+        extra_root_certificates.push(oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data,
+        });
+    }
+    let client = Client::new(ClientConfig {
+        protocol,
+        extra_root_certificates,
+        ..ClientConfig::default()
+    });
+    let auth = auth::credentials(&registry, options.docker_config.as_deref())
+        .map_err(|err| OciError::Config(err.to_string()))?;
+    Ok((client, auth))
+}
+
+fn registry_error<'a>(
+    reference: &'a str,
+    what: &'static str,
+) -> impl Fn(oci_client::errors::OciDistributionError) -> OciError + 'a {
+    move |err| {
+        // The transport's causes (refused connection, certificate, TLS to a plain-HTTP
+        // registry) are in the error's sources: say them.
+        let mut why = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !why.contains(&text) {
+                why.push_str(": ");
+                why.push_str(&text);
+            }
+            source = cause.source();
+        }
+        OciError::Registry {
+            reference: reference.to_string(),
+            what,
+            why,
+        }
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// `host/repo@digest`: the immutable form of `reference`.
+fn immutable(parsed: &Reference, digest: &str) -> String {
+    format!(
+        "{}/{}@{digest}",
+        parsed.resolve_registry(),
+        parsed.repository()
+    )
+}
+
+/// Pulls the module at `reference`.
+///
+/// # Errors
+/// [`OciError`] naming the reference: the registry's refusal, a layout that is not a Wasm
+/// policy, a layer whose bytes do not match the manifest, bytes that are not WebAssembly.
+pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, OciError> {
+    let parsed = parse_reference(reference)?;
+    let (client, auth) = client(reference, &parsed, options)?;
+    let image = client
+        .pull(&parsed, &auth, vec![KUBEWARDEN_LAYER, CNCF_LAYER])
+        .await
+        .map_err(registry_error(reference, "pulling"))?;
+    let layout = match image.config.media_type.as_str() {
+        KUBEWARDEN_CONFIG => Layout::Kubewarden,
+        CNCF_CONFIG => Layout::Cncf,
+        other => {
+            return Err(OciError::Layout {
+                reference: reference.to_string(),
+                why: format!(
+                    "the artifact's config is {other:?}, not a Wasm policy's ({KUBEWARDEN_CONFIG} or {CNCF_CONFIG})"
+                ),
+            })
+        }
+    };
+    let manifest = image.manifest.as_ref();
+    let [layer] = image.layers.as_slice() else {
+        return Err(OciError::Layout {
+            reference: reference.to_string(),
+            why: format!(
+                "the artifact has {} layers; a Wasm policy has one",
+                image.layers.len()
+            ),
+        });
+    };
+    let expected = manifest
+        .and_then(|m| m.layers.first())
+        .map(|l| l.digest.clone())
+        .unwrap_or_default();
+    let actual = digest_of(&layer.data);
+    if expected != actual {
+        return Err(OciError::Digest {
+            reference: reference.to_string(),
+            expected,
+            actual,
+        });
+    }
+    if !layer.data.starts_with(b"\0asm") {
+        return Err(OciError::Layout {
+            reference: reference.to_string(),
+            why: "the layer is not a WebAssembly module (it does not start with \\0asm)"
+                .to_string(),
+        });
+    }
+    let manifest_digest = image.digest.clone().unwrap_or_default();
+    Ok(Pulled {
+        bytes: layer.data.to_vec(),
+        layer_digest: actual,
+        immutable: immutable(&parsed, &manifest_digest),
+        layout,
+    })
+}
+
+/// Pushes `module` (checked by `info`, from [`crate::inspect::inspect`]) to `reference` in
+/// Kubewarden's layout; returns the immutable reference of the manifest written.
+///
+/// # Errors
+/// [`OciError`] naming the reference and the step the registry refused.
+pub async fn push(
+    module: &[u8],
+    info: &ModuleInfo,
+    reference: &str,
+    options: &RegistryOptions,
+) -> Result<String, OciError> {
+    let parsed = parse_reference(reference)?;
+    let (client, auth) = client(reference, &parsed, options)?;
+    client
+        .auth(&parsed, &auth, RegistryOperation::Push)
+        .await
+        .map_err(registry_error(reference, "signing in"))?;
+    let config = b"{}".to_vec();
+    let config_digest = digest_of(&config);
+    let layer_digest = digest_of(module);
+    client
+        .push_blob(&parsed, config.clone(), &config_digest)
+        .await
+        .map_err(registry_error(reference, "pushing the config"))?;
+    client
+        .push_blob(&parsed, module.to_vec(), &layer_digest)
+        .await
+        .map_err(registry_error(reference, "pushing the module"))?;
+    let manifest = manifest_bytes(module, &config, info)?;
+    let manifest_digest = digest_of(&manifest);
+    client
+        .push_manifest_raw(&parsed, manifest, http::HeaderValue::from_static(MANIFEST))
+        .await
+        .map_err(registry_error(reference, "pushing the manifest"))?;
+    Ok(immutable(&parsed, &manifest_digest))
+}
+
+/// The manifest push writes: config and layer descriptors, and annotations from the module's
+/// metadata (`org.opencontainers.image.title`, `.version`, `.description`).
+fn manifest_bytes(module: &[u8], config: &[u8], info: &ModuleInfo) -> Result<Vec<u8>, OciError> {
+    let mut annotations = BTreeMap::new();
+    if let Some(metadata) = &info.metadata {
+        annotations.insert(
+            "org.opencontainers.image.title".to_string(),
+            metadata.name.clone(),
+        );
+        annotations.insert(
+            "org.opencontainers.image.version".to_string(),
+            metadata.version.clone(),
+        );
+        if !metadata.description.is_empty() {
+            annotations.insert(
+                "org.opencontainers.image.description".to_string(),
+                metadata.description.clone(),
+            );
+        }
+        annotations.insert(
+            "io.nicpolicy.abi-version".to_string(),
+            metadata.abi_version.to_string(),
+        );
+    }
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "config": {
+            "mediaType": KUBEWARDEN_CONFIG,
+            "digest": digest_of(config),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": KUBEWARDEN_LAYER,
+            "digest": digest_of(module),
+            "size": module.len(),
+        }],
+        "annotations": annotations,
+    });
+    // Checked against the client's own type, so what is written is a manifest it reads back.
+    serde_json::from_value::<OciImageManifest>(manifest.clone())
+        .map_err(|err| OciError::Config(format!("the manifest would not be valid: {err}")))?;
+    serde_json::to_vec(&manifest)
+        .map_err(|err| OciError::Config(format!("cannot write the manifest: {err}")))
+}

@@ -1,0 +1,343 @@
+//! `nicpolicy push` and `pull` against a real registry: Debian's `docker-registry` (the
+//! distribution v2 server that .ci/run installs) started on loopback with a configuration and
+//! storage of its own. Both artifact layouts, tags and digests, and what is refused.
+
+use std::io::Read as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// A registry on 127.0.0.1, stopped and removed when dropped.
+struct Registry {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Registry {
+    fn start(name: &str) -> Registry {
+        let binary = ["/usr/bin/docker-registry", "/usr/sbin/docker-registry"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .expect("docker-registry is installed (.ci/run installs Debian's docker-registry)");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("registry-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("registry dir");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )
+        .expect("registry config");
+        let log = std::fs::File::create(dir.join("registry.log")).expect("log");
+        let child = Command::new(binary)
+            .args(["serve", &config.to_string_lossy()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("docker-registry starts");
+        let registry = Registry { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the registry did not listen: {}",
+                registry.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        registry
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default()
+    }
+
+    /// Writes an artifact by hand (`PUT` of blobs and manifest), as another tool would.
+    fn put_artifact(&self, repo: &str, tag: &str, config: (&str, &[u8]), layer: (&str, &[u8])) {
+        let client = reqwest::blocking::Client::new();
+        for data in [config.1, layer.1] {
+            let digest = digest(data);
+            let start = client
+                .post(format!("http://{}/v2/{repo}/blobs/uploads/", self.host()))
+                .send()
+                .expect("upload starts");
+            assert_eq!(start.status(), 202, "{}", self.log());
+            let location = start.headers()["location"]
+                .to_str()
+                .expect("location")
+                .to_string();
+            let url = if location.starts_with("http") {
+                location
+            } else {
+                format!("http://{}{location}", self.host())
+            };
+            let separator = if url.contains('?') { '&' } else { '?' };
+            let done = client
+                .put(format!("{url}{separator}digest={digest}"))
+                .body(data.to_vec())
+                .send()
+                .expect("upload ends");
+            assert_eq!(done.status(), 201, "{}", self.log());
+        }
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": config.0, "digest": digest(config.1), "size": config.1.len()},
+            "layers": [{"mediaType": layer.0, "digest": digest(layer.1), "size": layer.1.len()}],
+        });
+        let put = client
+            .put(format!("http://{}/v2/{repo}/manifests/{tag}", self.host()))
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+            .body(manifest.to_string())
+            .send()
+            .expect("manifest put");
+        assert_eq!(put.status(), 201, "{}", self.log());
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+fn nicpolicy(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+        .args(args)
+        .current_dir(dir)
+        // No credentials of the machine's user.
+        .env("DOCKER_CONFIG", dir.join("no-docker-config"))
+        .output()
+        .expect("nicpolicy runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The built-in CAPVCD policy as a file in `dir`.
+fn module(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let path = dir.join("capvcd.wasm");
+    let out = nicpolicy(&["export", "capvcd", "-o", &path.to_string_lossy()], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .expect("module");
+    (path, bytes)
+}
+
+#[test]
+fn push_prints_the_immutable_reference_and_pull_reads_it_by_tag_and_by_digest() {
+    let registry = Registry::start("roundtrip");
+    let dir = registry.dir.clone();
+    let (path, bytes) = module(&dir);
+    let reference = format!("{}/platform/capvcd:0.1.0", registry.host());
+    let out = nicpolicy(
+        &[
+            "push",
+            &path.to_string_lossy(),
+            &format!("oci://{reference}"),
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let prefix = format!("{}/platform/capvcd@sha256:", registry.host());
+    assert!(immutable.starts_with(&prefix), "{immutable}");
+
+    // The manifest is Kubewarden's layout, with the module's metadata as annotations.
+    let manifest: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!(
+            "http://{}/v2/platform/capvcd/manifests/0.1.0",
+            registry.host()
+        ))
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .and_then(|r| r.json())
+        .expect("manifest");
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v1+json"
+    );
+    assert_eq!(
+        manifest["layers"][0]["mediaType"],
+        "application/vnd.wasm.content.layer.v1+wasm"
+    );
+    assert_eq!(manifest["layers"][0]["digest"], digest(&bytes));
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.title"],
+        "nicpolicy-capvcd"
+    );
+    // The immutable reference is the manifest's digest as the registry serves it.
+    let served = reqwest::blocking::Client::new()
+        .get(format!(
+            "http://{}/v2/platform/capvcd/manifests/0.1.0",
+            registry.host()
+        ))
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .expect("manifest");
+    let served_digest = served.headers()["docker-content-digest"]
+        .to_str()
+        .expect("digest header")
+        .to_string();
+    assert!(
+        immutable.ends_with(&served_digest),
+        "{immutable} vs {served_digest}"
+    );
+
+    for (source, file) in [
+        (reference.as_str(), "by-tag.wasm"),
+        (immutable.as_str(), "by-digest.wasm"),
+    ] {
+        let out = nicpolicy(&["pull", source, "-o", file, "--plain-http"], &dir);
+        assert!(out.status.success(), "{}", text(&out));
+        let pulled = std::fs::read(dir.join(file)).expect("pulled file");
+        assert_eq!(pulled, bytes, "{source}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(&immutable) && said.contains("Kubewarden layout"),
+            "{said}"
+        );
+    }
+}
+
+#[test]
+fn the_cncf_layout_is_read_and_what_is_no_wasm_policy_is_refused() {
+    let registry = Registry::start("layouts");
+    let dir = registry.dir.clone();
+    let (_, bytes) = module(&dir);
+    let config = br#"{"architecture":"wasm","os":"wasip1","layerDigests":[]}"#;
+    registry.put_artifact(
+        "platform/capvcd-cncf",
+        "1",
+        ("application/vnd.wasm.config.v0+json", config),
+        ("application/wasm", &bytes),
+    );
+    let reference = format!("{}/platform/capvcd-cncf:1", registry.host());
+    let out = nicpolicy(
+        &["pull", &reference, "-o", "cncf.wasm", "--plain-http"],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read(dir.join("cncf.wasm")).expect("pulled"), bytes);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CNCF Wasm layout"));
+
+    // A Wasm layer type holding something else.
+    registry.put_artifact(
+        "platform/not-wasm",
+        "1",
+        ("application/vnd.wasm.config.v1+json", b"{}"),
+        (
+            "application/vnd.wasm.content.layer.v1+wasm",
+            b"#!/bin/sh\necho hi\n",
+        ),
+    );
+    let out = nicpolicy(
+        &[
+            "pull",
+            &format!("{}/platform/not-wasm:1", registry.host()),
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a WebAssembly module"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.join("not-wasm.wasm").exists(), "nothing is written");
+
+    // A container image is not a policy.
+    registry.put_artifact(
+        "platform/image",
+        "1",
+        ("application/vnd.oci.image.config.v1+json", b"{}"),
+        ("application/vnd.oci.image.layer.v1.tar+gzip", b"\x1f\x8b"),
+    );
+    let out = nicpolicy(
+        &[
+            "pull",
+            &format!("{}/platform/image:1", registry.host()),
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("platform/image:1"), "{said}");
+
+    // An unknown tag names the reference and what the registry said.
+    let out = nicpolicy(
+        &[
+            "pull",
+            &format!("{}/platform/capvcd-cncf:2", registry.host()),
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("capvcd-cncf:2"));
+}
+
+#[test]
+fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("oci-refusals");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (path, _) = module(&dir);
+    let out = nicpolicy(
+        &[
+            "push",
+            &path.to_string_lossy(),
+            "registry.example.net/platform/capvcd:1",
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("plain HTTP is only for a registry on loopback"),
+        "{}",
+        text(&out)
+    );
+    let out = nicpolicy(&["pull", "Not A Reference!", "--plain-http"], &dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an OCI reference"));
+    std::fs::write(dir.join("notes.txt"), "not a module").expect("write");
+    let out = nicpolicy(
+        &["push", "notes.txt", "127.0.0.1:1/p/x:1", "--plain-http"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
