@@ -130,6 +130,9 @@ pub enum LoadError {
         /// The names there are, joined by `, ` (`none` in a build without them).
         known: String,
     },
+    /// A module could not be got from its registry (`oci://`): the reference and why.
+    #[error("{0}")]
+    Registry(String),
     /// A chain was given no policy at all.
     #[error("a chain needs at least one policy")]
     EmptyChain,

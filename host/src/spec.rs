@@ -46,6 +46,10 @@ pub enum PolicySource {
     Builtin(&'static crate::builtin::BuiltinPolicy),
     /// Module bytes the caller already holds (from a ConfigMap, a registry, a test).
     Bytes(Arc<[u8]>),
+    /// A module in an OCI registry (`oci://host/repo@sha256:...` on the command line), pulled
+    /// when the chain loads (see [`crate::oci::store`]); the reference without `oci://`.
+    #[cfg(feature = "oci")]
+    Oci(String),
 }
 
 impl PolicySource {
@@ -55,6 +59,16 @@ impl PolicySource {
     /// [`LoadError::UnknownBuiltin`] for a `builtin:` name no built-in policy has (always, in a
     /// build without the `builtin` feature).
     pub fn parse(text: &str) -> Result<PolicySource, LoadError> {
+        if let Some(reference) = text.strip_prefix("oci://") {
+            #[cfg(feature = "oci")]
+            return crate::oci::parse_reference(reference)
+                .map(|_| PolicySource::Oci(reference.to_string()))
+                .map_err(|err| LoadError::Registry(err.to_string()));
+            #[cfg(not(feature = "oci"))]
+            return Err(LoadError::Registry(format!(
+                "{reference}: this build of nicpolicy has no OCI registry support (feature oci)"
+            )));
+        }
         match text.strip_prefix("builtin:") {
             Some(name) => PolicySource::builtin(name),
             None => Ok(PolicySource::File(PathBuf::from(text))),
@@ -82,6 +96,8 @@ impl PolicySource {
             #[cfg(feature = "builtin")]
             PolicySource::Builtin(policy) => format!("builtin:{}", policy.name),
             PolicySource::Bytes(bytes) => format!("module bytes ({} bytes)", bytes.len()),
+            #[cfg(feature = "oci")]
+            PolicySource::Oci(reference) => format!("oci://{reference}"),
         }
     }
 }
@@ -94,6 +110,8 @@ impl PartialEq for PolicySource {
             #[cfg(feature = "builtin")]
             (PolicySource::Builtin(a), PolicySource::Builtin(b)) => a.name == b.name,
             (PolicySource::Bytes(a), PolicySource::Bytes(b)) => a == b,
+            #[cfg(feature = "oci")]
+            (PolicySource::Oci(a), PolicySource::Oci(b)) => a == b,
             _ => false,
         }
     }
@@ -191,6 +209,12 @@ pub struct ChainLoadError {
 pub struct ChainLoader<'h> {
     host: &'h Host,
     files: HashMap<PathBuf, Arc<[u8]>>,
+    /// How to reach registries for `oci://` sources.
+    #[cfg(feature = "oci")]
+    registry: crate::oci::RegistryOptions,
+    /// Each `oci://` reference loaded: the immutable reference and how it was got.
+    #[cfg(feature = "oci")]
+    fetched: Vec<(String, String, crate::oci::store::Fetched)>,
 }
 
 impl<'h> ChainLoader<'h> {
@@ -199,7 +223,26 @@ impl<'h> ChainLoader<'h> {
         ChainLoader {
             host,
             files: HashMap::new(),
+            #[cfg(feature = "oci")]
+            registry: crate::oci::RegistryOptions::default(),
+            #[cfg(feature = "oci")]
+            fetched: Vec::new(),
         }
+    }
+
+    /// Each `oci://` reference this loader loaded, with the immutable reference it resolved
+    /// to and how it was got (pulled, stored, stored while the registry was unreachable), for
+    /// callers that tell their user.
+    #[cfg(feature = "oci")]
+    pub fn fetched(&self) -> &[(String, String, crate::oci::store::Fetched)] {
+        &self.fetched
+    }
+
+    /// This loader reaching registries with `options`.
+    #[cfg(feature = "oci")]
+    pub fn with_registry(mut self, options: crate::oci::RegistryOptions) -> ChainLoader<'h> {
+        self.registry = options;
+        self
     }
 
     /// Loads every spec, in order, into one chain.
@@ -258,6 +301,11 @@ impl<'h> ChainLoader<'h> {
             #[cfg(feature = "builtin")]
             PolicySource::Builtin(policy) => self.host.load(policy.wasm, options),
             PolicySource::Bytes(bytes) => self.host.load(bytes, options),
+            #[cfg(feature = "oci")]
+            PolicySource::Oci(reference) => {
+                let bytes = self.pull(reference)?;
+                self.host.load(&bytes, options)
+            }
         };
         // A refusal of settings from a file names the file: that is where the fix goes.
         loaded.map_err(|error| match (error, &spec.settings) {
@@ -269,6 +317,27 @@ impl<'h> ChainLoader<'h> {
             }
             (error, _) => error,
         })
+    }
+
+    /// The module of `reference`, from the store beside the compiled-module cache (none without
+    /// one: then it is pulled every time).
+    #[cfg(feature = "oci")]
+    fn pull(&mut self, reference: &str) -> Result<Arc<[u8]>, LoadError> {
+        let key = PathBuf::from(format!("oci://{reference}"));
+        if let Some(bytes) = self.files.get(&key) {
+            return Ok(bytes.clone());
+        }
+        let module = crate::oci::fetch_blocking(
+            reference,
+            &self.registry,
+            self.host.config().cache_dir.as_deref(),
+        )
+        .map_err(|err| LoadError::Registry(err.to_string()))?;
+        self.fetched
+            .push((reference.to_string(), module.immutable, module.fetched));
+        let bytes: Arc<[u8]> = module.bytes.into();
+        self.files.insert(key, bytes.clone());
+        Ok(bytes)
     }
 
     fn read(&mut self, path: &PathBuf) -> Result<Arc<[u8]>, LoadError> {

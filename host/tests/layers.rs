@@ -247,27 +247,30 @@ fn commands_share_through_named_modules_not_through_each_other() {
     assert!(crossing.is_empty(), "{}", crossing.join("\n"));
 }
 
+/// `cargo tree --offline --edges normal ARGS` in this workspace (the build has fetched every
+/// crate already).
+fn cargo_tree(args: &[&str]) -> std::process::Output {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    std::process::Command::new(cargo)
+        .args(["tree", "--offline", "--edges", "normal"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs")
+}
+
 #[test]
 fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
     // The playground compiles nicpolicy-inputs to wasm32, and the commands read manifests with
     // it: it must not pull Wasmtime, a Kubernetes client, an async runtime or an HTTP stack.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "--offline",
-            "--package",
-            "nicpolicy-inputs",
-            "--edges",
-            "normal",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree runs");
+    let output = cargo_tree(&[
+        "--package",
+        "nicpolicy-inputs",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
     let tree = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -301,7 +304,6 @@ fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
 fn one_tls_stack_ring_and_no_aws_lc_or_openssl() {
     // kube, the webhook's server and the registry client all run rustls on ring; a dependency
     // that turns on aws-lc-rs or OpenSSL would add a second stack to build, audit and patch.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     for stack in [
         "aws-lc-rs",
         "aws-lc-sys",
@@ -309,19 +311,7 @@ fn one_tls_stack_ring_and_no_aws_lc_or_openssl() {
         "openssl-sys",
         "native-tls",
     ] {
-        let output = std::process::Command::new(&cargo)
-            .args([
-                "tree",
-                "--offline",
-                "--workspace",
-                "--edges",
-                "normal",
-                "--invert",
-                stack,
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo tree runs");
+        let output = cargo_tree(&["--workspace", "--invert", stack]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             !output.status.success() && stderr.contains("did not match any packages"),
@@ -329,19 +319,7 @@ fn one_tls_stack_ring_and_no_aws_lc_or_openssl() {
             String::from_utf8_lossy(&output.stdout)
         );
     }
-    let ring = std::process::Command::new(&cargo)
-        .args([
-            "tree",
-            "--offline",
-            "--workspace",
-            "--edges",
-            "normal",
-            "--invert",
-            "ring",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree runs");
+    let ring = cargo_tree(&["--workspace", "--invert", "ring"]);
     assert!(
         ring.status.success(),
         "ring is the TLS provider, so it is in the build"

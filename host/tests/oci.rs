@@ -60,6 +60,12 @@ impl Registry {
         registry
     }
 
+    /// Stops the registry (its storage stays until drop): an outage.
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -127,10 +133,15 @@ fn nicpolicy(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
         .args(args)
         .current_dir(dir)
-        // No credentials of the machine's user.
+        // No credentials of the machine's user, and a cache of the test's own.
         .env("DOCKER_CONFIG", dir.join("no-docker-config"))
+        .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
         .output()
         .expect("nicpolicy runs")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn text(output: &Output) -> String {
@@ -340,4 +351,107 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
         &dir,
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_registry_is_down() {
+    let mut registry = Registry::start("served");
+    let dir = registry.dir.clone();
+    let (path, bytes) = module(&dir);
+    let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
+    let out = nicpolicy(
+        &["push", &path.to_string_lossy(), &tag, "--plain-http"],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let cluster = workspace().join("examples/cluster.yaml");
+    let machine = workspace().join("examples/invalid-machine.yaml");
+    let eval = |reference: &str| {
+        nicpolicy(
+            &[
+                "eval",
+                "--cluster",
+                &cluster.to_string_lossy(),
+                "--machine",
+                &machine.to_string_lossy(),
+                "--policy",
+                &format!("oci://{reference}"),
+                "--plain-http",
+                "-o",
+                "json",
+            ],
+            &dir,
+        )
+    };
+    let builtin = nicpolicy(
+        &[
+            "eval",
+            "--cluster",
+            &cluster.to_string_lossy(),
+            "--machine",
+            &machine.to_string_lossy(),
+            "-o",
+            "json",
+        ],
+        &dir,
+    );
+    assert_eq!(builtin.status.code(), Some(1), "{}", text(&builtin));
+    // By digest and by tag, the module decides as the built-in one it was exported from.
+    for reference in [immutable.as_str(), tag.as_str()] {
+        let out = eval(reference);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_eq!(out.stdout, builtin.stdout, "{reference}");
+    }
+    // The store keeps the module under its digest, in a directory of the user's own.
+    let blob = dir
+        .join("cache/oci/blobs/sha256")
+        .join(format!("{:x}", Sha256::digest(&bytes)));
+    assert_eq!(std::fs::read(&blob).expect("stored module"), bytes);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("cache/oci"))
+            .expect("store")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    // inspect takes a reference too.
+    let out = nicpolicy(&["inspect", &format!("oci://{tag}"), "--plain-http"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains(&immutable), "{shown}");
+    assert!(
+        shown.contains(&format!("{:x}", Sha256::digest(&bytes))),
+        "{shown}"
+    );
+
+    registry.stop();
+    // A digest is served from the store without asking; a tag, with a warning naming the
+    // digest served.
+    let out = eval(&immutable);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.stdout, builtin.stdout);
+    let out = eval(&tag);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("the registry cannot be reached") && said.contains(&immutable),
+        "{said}"
+    );
+    // A stored module whose bytes were changed is not used.
+    std::fs::write(&blob, b"\0asm\x01\0\0\0").expect("tamper");
+    let out = eval(&immutable);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&immutable),
+        "{}",
+        text(&out)
+    );
+    // Nothing stored and nothing reachable: the error names the reference.
+    let out = eval(&format!("{}/platform/other:1", registry.host()));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("platform/other:1"));
 }

@@ -13,17 +13,35 @@ use super::{usage, Failure, Format};
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
-    /// Policy module; the built-in CAPVCD policy when omitted.
-    #[arg(value_name = "FILE.wasm")]
+    /// Policy module: a file, or oci://host/repo:tag or oci://host/repo@sha256:... in a
+    /// registry; the built-in CAPVCD policy when omitted.
+    #[arg(value_name = "FILE.wasm|oci://REF")]
     file: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
+    #[command(flatten)]
+    registry: super::registry_args::RegistryArgs,
 }
 
 /// Runs `nicpolicy inspect`.
 pub fn run(args: InspectArgs) -> Result<u8, Failure> {
+    let reference = args
+        .file
+        .as_ref()
+        .and_then(|path| path.to_str())
+        .and_then(|text| text.strip_prefix("oci://"));
     let (label, bytes) = match &args.file {
+        Some(_) if reference.is_some() => {
+            let reference = reference.unwrap_or_default();
+            let module = nicpolicy::oci::fetch_blocking(
+                reference,
+                &args.registry.options(),
+                nicpolicy::cache::ModuleCache::default_dir().as_deref(),
+            )
+            .map_err(super::registry_args::failure)?;
+            (module.immutable, module.bytes)
+        }
         Some(path) => (
             path.display().to_string(),
             nicpolicy::inspect::read_module(path)

@@ -14,14 +14,16 @@ use super::{runtime, usage, Failure};
 
 #[derive(clap::Args)]
 pub struct PolicyArgs {
-    /// A policy: a module file, or builtin:NAME for a policy built into nicpolicy
-    /// (builtin:capvcd). Repeat to chain policies: each is evaluated in order and sees the
+    /// A policy: a module file, builtin:NAME for a policy built into nicpolicy
+    /// (builtin:capvcd), or oci://host/repo@sha256:... for a module in an OCI registry (kept
+    /// by digest in the cache directory, so a digest is pulled once; a tag is pulled each time
+    /// and the kept copy serves while the registry is down). Repeat to chain policies: each is evaluated in order and sees the
     /// extraOvdcNetworks the one before it wrote back; the machine is allowed only if every
     /// policy allows it, violations are listed together (messages prefixed with [policy name]),
     /// and the NIC plan is the last policy's. The built-in CAPVCD policy when omitted.
     #[arg(
         long = "policy",
-        value_name = "FILE.wasm|builtin:NAME",
+        value_name = "FILE.wasm|builtin:NAME|oci://REF",
         value_parser = parse_policy_source
     )]
     policies: Vec<PolicySource>,
@@ -40,9 +42,12 @@ pub struct PolicyArgs {
     /// Memory cap for the policy, like 64Mi.
     #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = nicpolicy::limits::parse_size)]
     memory: usize,
-    /// Compile the module without reading or writing the compiled-module cache.
+    /// Compile the module without reading or writing the compiled-module cache (and pull
+    /// oci:// modules without keeping them).
     #[arg(long)]
     no_cache: bool,
+    #[command(flatten)]
+    registry: super::registry_args::RegistryArgs,
 }
 
 impl PolicyArgs {
@@ -55,6 +60,7 @@ impl PolicyArgs {
             timeout: self.timeout,
             memory: self.memory,
             no_cache: self.no_cache,
+            registry: self.registry.clone(),
         }
     }
 }
@@ -249,7 +255,19 @@ pub fn load_chain(
     // The CLI evaluates one machine: a small pool is enough.
     config.max_instances = 4;
     let host = Host::new(config).map_err(runtime)?;
-    let chain = host.load_chain(specs).map_err(usage)?;
+    let mut loader =
+        nicpolicy::spec::ChainLoader::new(&host).with_registry(args.registry.options());
+    let chain = loader.load(specs).map_err(usage)?;
+    for (reference, immutable, fetched) in loader.fetched() {
+        match fetched {
+            nicpolicy::oci::store::Fetched::StoredWhileUnreachable(why) => eprintln!(
+                "warning: oci://{reference}: the registry cannot be reached ({why}); using \
+                 {immutable}, pulled before"
+            ),
+            _ if verbose => eprintln!("oci://{reference}: {immutable} ({fetched:?})"),
+            _ => {}
+        }
+    }
     for policy in chain.policies() {
         if let nicpolicy::cache::CacheStatus::Untrusted(why) = policy.cache_status() {
             eprintln!("warning: compiled-module cache not used: {why}");

@@ -14,6 +14,7 @@
 //!   `config.json` ([`auth`]), the format of an imagePullSecret.
 
 pub mod auth;
+pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -378,4 +379,58 @@ fn manifest_bytes(module: &[u8], config: &[u8], info: &ModuleInfo) -> Result<Vec
         .map_err(|err| OciError::Config(format!("the manifest would not be valid: {err}")))?;
     serde_json::to_vec(&manifest)
         .map_err(|err| OciError::Config(format!("cannot write the manifest: {err}")))
+}
+
+/// The module of `reference` through the store in `cache_dir/oci` (see [`store`]), pulled
+/// without one; logs where it came from. Runs on a thread of its own, so it may be called from
+/// synchronous code inside or outside an async runtime.
+///
+/// # Errors
+/// As for [`store::Store::fetch`].
+pub fn fetch_blocking(
+    reference: &str,
+    options: &RegistryOptions,
+    cache_dir: Option<&std::path::Path>,
+) -> Result<store::Module, OciError> {
+    let run = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| OciError::Config(format!("cannot start the registry client: {err}")))?;
+        runtime.block_on(async {
+            match cache_dir {
+                Some(dir) => {
+                    store::Store::new(dir.join("oci"))
+                        .fetch(reference, options)
+                        .await
+                }
+                None => pull(reference, options).await.map(|pulled| store::Module {
+                    bytes: pulled.bytes,
+                    immutable: pulled.immutable,
+                    fetched: store::Fetched::Pulled,
+                }),
+            }
+        })
+    };
+    let module = std::thread::scope(|scope| {
+        scope
+            .spawn(run)
+            .join()
+            .unwrap_or_else(|_| Err(OciError::Config("the registry client panicked".to_string())))
+    })?;
+    match &module.fetched {
+        store::Fetched::Pulled => {
+            tracing::info!(reference, immutable = %module.immutable, "pulled the policy module")
+        }
+        store::Fetched::Stored => {
+            tracing::debug!(reference, "the policy module is stored")
+        }
+        store::Fetched::StoredWhileUnreachable(why) => tracing::warn!(
+            reference,
+            immutable = %module.immutable,
+            why = %why,
+            "the registry cannot be reached: serving the module pulled before"
+        ),
+    }
+    Ok(module)
 }

@@ -1,0 +1,173 @@
+//! Modules pulled from registries, kept by digest so that a restart works while the registry
+//! is down.
+//!
+//! The store is a private directory (created `0700`): `blobs/sha256/<hex>` holds each module
+//! under its own sha256 (the layer digest), and `refs/<sha256 of the reference>.json` says which
+//! layer a reference gave when it was last pulled. A reference by digest
+//! (`host/repo@sha256:...`) never changes what it names, so a stored one is used without asking
+//! the registry; a reference by tag is pulled every time (tags move) and the stored copy serves
+//! only when the registry cannot be reached, with a warning naming the digest it serves. Every
+//! blob is checked against its name when it is read: a changed file is pulled again, never used.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{digest_of, pull, OciError, Pulled, RegistryOptions};
+
+/// What the store remembers of a reference.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    reference: String,
+    /// The immutable reference (`host/repo@sha256:<manifest>`) last pulled for it.
+    immutable: String,
+    /// `sha256:<hex>` of the module.
+    layer: String,
+}
+
+/// Where a module came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// Pulled from the registry just now.
+    Pulled,
+    /// Read from the store: the reference names a digest, which was stored before.
+    Stored,
+    /// Read from the store because the registry could not be reached (`why`).
+    StoredWhileUnreachable(String),
+}
+
+/// A module from a registry or the store.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The immutable reference it was pulled as.
+    pub immutable: String,
+    /// How it was got.
+    pub fetched: Fetched,
+}
+
+/// The store in `dir` (created on first write).
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// A store kept in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Store {
+        Store { dir: dir.into() }
+    }
+
+    fn ref_path(&self, reference: &str) -> PathBuf {
+        let key = digest_of(reference.as_bytes());
+        self.dir
+            .join("refs")
+            .join(format!("{}.json", key.trim_start_matches("sha256:")))
+    }
+
+    fn blob_path(&self, layer: &str) -> PathBuf {
+        self.dir
+            .join("blobs/sha256")
+            .join(layer.trim_start_matches("sha256:"))
+    }
+
+    /// The stored module of `reference`, if any, checked against its digest.
+    fn stored(&self, reference: &str) -> Option<(Entry, Vec<u8>)> {
+        let text = std::fs::read(self.ref_path(reference)).ok()?;
+        let entry: Entry = serde_json::from_slice(&text).ok()?;
+        let bytes = crate::files::read_at_most(
+            &self.blob_path(&entry.layer),
+            crate::limits::MAX_MODULE_BYTES as u64,
+        )
+        .ok()?;
+        (entry.reference == reference && digest_of(&bytes) == entry.layer).then_some((entry, bytes))
+    }
+
+    fn remember(&self, reference: &str, pulled: &Pulled) -> std::io::Result<()> {
+        private_dir(&self.dir)?;
+        let blob = self.blob_path(&pulled.layer_digest);
+        if let Some(parent) = blob.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        write_atomically(&blob, &pulled.bytes)?;
+        let entry = Entry {
+            reference: reference.to_string(),
+            immutable: pulled.immutable.clone(),
+            layer: pulled.layer_digest.clone(),
+        };
+        let path = self.ref_path(reference);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let text = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        write_atomically(&path, &text)
+    }
+
+    /// The module of `reference`: stored (a digest reference), pulled (and stored), or, when
+    /// the registry cannot be reached, stored from an earlier pull.
+    ///
+    /// # Errors
+    /// The pull's error when nothing usable is stored.
+    pub async fn fetch(
+        &self,
+        reference: &str,
+        options: &RegistryOptions,
+    ) -> Result<Module, OciError> {
+        if reference.contains("@sha256:") {
+            if let Some((entry, bytes)) = self.stored(reference) {
+                return Ok(Module {
+                    bytes,
+                    immutable: entry.immutable,
+                    fetched: Fetched::Stored,
+                });
+            }
+        }
+        match pull(reference, options).await {
+            Ok(pulled) => {
+                if let Err(err) = self.remember(reference, &pulled) {
+                    // The module is good; only a later outage would miss the copy.
+                    tracing::warn!(
+                        reference,
+                        dir = %self.dir.display(),
+                        error = %err,
+                        "cannot store the pulled module"
+                    );
+                }
+                Ok(Module {
+                    bytes: pulled.bytes,
+                    immutable: pulled.immutable,
+                    fetched: Fetched::Pulled,
+                })
+            }
+            Err(error @ OciError::Registry { .. }) => match self.stored(reference) {
+                Some((entry, bytes)) => Ok(Module {
+                    bytes,
+                    immutable: entry.immutable,
+                    fetched: Fetched::StoredWhileUnreachable(error.to_string()),
+                }),
+                None => Err(error),
+            },
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Creates `dir` readable by its owner only (modules are code the host runs).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename: a reader sees the old file
+/// or the new one, never half of one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
+}
