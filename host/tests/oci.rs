@@ -353,18 +353,46 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
+/// A registry holding the built-in CAPVCD module, pushed as `platform/capvcd:0.1.0`.
+struct Pushed {
+    registry: Registry,
+    dir: PathBuf,
+    bytes: Vec<u8>,
+    tag: String,
+    immutable: String,
+}
+
+impl Pushed {
+    fn new(name: &str) -> Pushed {
+        let registry = Registry::start(name);
+        let dir = registry.dir.clone();
+        let (path, bytes) = module(&dir);
+        let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
+        let out = nicpolicy(
+            &["push", &path.to_string_lossy(), &tag, "--plain-http"],
+            &dir,
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Pushed {
+            registry,
+            dir,
+            bytes,
+            tag,
+            immutable,
+        }
+    }
+}
+
 #[test]
 fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_registry_is_down() {
-    let mut registry = Registry::start("served");
-    let dir = registry.dir.clone();
-    let (path, bytes) = module(&dir);
-    let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
-    let out = nicpolicy(
-        &["push", &path.to_string_lossy(), &tag, "--plain-http"],
-        &dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let Pushed {
+        mut registry,
+        dir,
+        bytes,
+        tag,
+        immutable,
+    } = Pushed::new("served");
     let cluster = workspace().join("examples/cluster.yaml");
     let machine = workspace().join("examples/invalid-machine.yaml");
     let eval = |reference: &str| {
@@ -454,4 +482,71 @@ fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_regist
     let out = eval(&format!("{}/platform/other:1", registry.host()));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("platform/other:1"));
+}
+
+#[test]
+fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
+    let Pushed {
+        mut registry,
+        dir,
+        tag,
+        immutable,
+        ..
+    } = Pushed::new("configured");
+    let write = |name: &str, reference: &str| {
+        let config = dir.join(name);
+        std::fs::write(
+            &config,
+            format!(
+                "policies:\n  VCDMachine:\n    - oci: {reference}\n\
+                 registry: {{plainHttp: true, requireDigest: true}}\n"
+            ),
+        )
+        .expect("config");
+        config
+    };
+    let by_digest = write("by-digest.yaml", &immutable);
+    let request = workspace().join("tests/fixtures/admission/vcdmachine-create-invalid.json");
+    let clusters = workspace().join("examples/cluster.yaml");
+    let review = |config: &Path| {
+        nicpolicy(
+            &[
+                "review",
+                "--request",
+                &request.to_string_lossy(),
+                "--config",
+                &config.to_string_lossy(),
+                "--clusters",
+                &clusters.to_string_lossy(),
+            ],
+            &dir,
+        )
+    };
+    let builtin = nicpolicy(
+        &[
+            "review",
+            "--request",
+            &request.to_string_lossy(),
+            "--clusters",
+            &clusters.to_string_lossy(),
+        ],
+        &dir,
+    );
+    assert_eq!(builtin.status.code(), Some(1), "{}", text(&builtin));
+    let out = review(&by_digest);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.stdout, builtin.stdout);
+    // A tag is refused by requireDigest, naming the field.
+    let out = review(&write("by-tag.yaml", &tag));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("policies.VCDMachine[0].oci") && said.contains("requireDigest"),
+        "{said}"
+    );
+    // The registry is down: the webhook still starts, from the store.
+    registry.stop();
+    let out = review(&by_digest);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.stdout, builtin.stdout);
 }

@@ -56,3 +56,50 @@ the emptyDir is root's with mode 0777, which the cache never trusts. */}}
 - name: NICPOLICY_CACHE_DIR
   value: /var/cache/nicpolicy/modules
 {{- end -}}
+
+{{/* The registry section of a serve configuration (docs/registry.md). */}}
+{{- define "nicpolicy.registryConfig" -}}
+{{- $registry := dict "requireDigest" .Values.registry.requireDigest -}}
+{{- if .Values.registry.credentialsSecret -}}
+{{- $_ := set $registry "config" "/etc/nicpolicy-registry/config.json" -}}
+{{- end -}}
+{{- if .Values.registry.caConfigMap -}}
+{{- $_ := set $registry "caFiles" (list "/etc/nicpolicy-registry-ca/ca.pem") -}}
+{{- end -}}
+{{- toYaml $registry -}}
+{{- end -}}
+
+{{/* Mounts of the registry credentials and CA, when given. */}}
+{{- define "nicpolicy.registryMounts" -}}
+{{- if .Values.registry.credentialsSecret }}
+- name: registry-credentials
+  mountPath: /etc/nicpolicy-registry
+  readOnly: true
+{{- end }}
+{{- if .Values.registry.caConfigMap }}
+- name: registry-ca
+  mountPath: /etc/nicpolicy-registry-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of the registry credentials (the Secret's .dockerconfigjson as config.json, the
+file docker reads) and CA, when given. */}}
+{{- define "nicpolicy.registryVolumes" -}}
+{{- if .Values.registry.credentialsSecret }}
+- name: registry-credentials
+  secret:
+    secretName: {{ .Values.registry.credentialsSecret }}
+    items:
+      - key: .dockerconfigjson
+        path: config.json
+{{- end }}
+{{- if .Values.registry.caConfigMap }}
+- name: registry-ca
+  configMap:
+    name: {{ .Values.registry.caConfigMap }}
+    items:
+      - key: ca.pem
+        path: ca.pem
+{{- end }}
+{{- end -}}

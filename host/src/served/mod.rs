@@ -77,7 +77,12 @@ impl Served {
             .unwrap_or_else(|| "(built-in configuration)".to_string());
         // One loader for every kind: entries naming the same module file get the same bytes
         // even if the file is replaced while the load runs.
-        let mut loader = ChainLoader::new(host);
+        let loader = ChainLoader::new(host);
+        // `oci:` entries are pulled (or read from the store) with the configuration's registry
+        // options.
+        #[cfg(feature = "oci")]
+        let loader = loader.with_registry(config.registry.options());
+        let mut loader = loader;
         let mut chains = BTreeMap::new();
         for (kind, entries) in &config.policies {
             let specs: Vec<PolicySpec> = entries.iter().map(|entry| entry.spec.clone()).collect();

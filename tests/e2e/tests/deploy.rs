@@ -271,6 +271,8 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         "webhook.namespaceOptOut=true",
         "webhook.failurePolicy=Ignore",
         "webhook.timeoutSeconds=3",
+        "registry.credentialsSecret=registry-pull",
+        "registry.caConfigMap=registry-ca",
     ];
     for (mode, namespace, extra) in [
         ("certManager", "platform-nicpolicy", vec![]),
@@ -371,6 +373,56 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         assert!(
             image.as_str().is_some_and(|i| i.contains("@sha256:")),
             "{image}"
+        );
+        // The registry credentials are where the configuration says: the Secret's
+        // .dockerconfigjson as config.json in the mounted directory, in both pods.
+        let config: Value = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "ConfigMap" && o["metadata"]["name"] == format!("{release}-config")
+            })
+            .and_then(|o| o["data"]["nicpolicy.yaml"].as_str())
+            .and_then(|text| serde_yaml_ng::from_str(text).ok())
+            .expect("the serve configuration");
+        assert_eq!(config["registry"]["requireDigest"], true);
+        let credentials = config["registry"]["config"]
+            .as_str()
+            .expect("registry.config");
+        let ca = config["registry"]["caFiles"][0]
+            .as_str()
+            .expect("registry.caFiles");
+        for deployment in objects.iter().filter(|o| o["kind"] == "Deployment") {
+            let pod = &deployment["spec"]["template"]["spec"];
+            let mounted = |volume: &str, file: &str| {
+                let mount = pod["containers"][0]["volumeMounts"]
+                    .as_array()
+                    .and_then(|m| m.iter().find(|m| m["name"] == volume))
+                    .unwrap_or_else(|| panic!("{volume} not mounted ({mode})"));
+                let source = pod["volumes"]
+                    .as_array()
+                    .and_then(|v| v.iter().find(|v| v["name"] == volume))
+                    .unwrap_or_else(|| panic!("no volume {volume} ({mode})"));
+                let items = source["secret"]["items"]
+                    .as_array()
+                    .or(source["configMap"]["items"].as_array())
+                    .expect("items");
+                format!(
+                    "{}/{}",
+                    mount["mountPath"].as_str().unwrap_or(""),
+                    items[0]["path"].as_str().unwrap_or("")
+                ) == file
+            };
+            assert!(mounted("registry-credentials", credentials), "{deployment}");
+            assert!(mounted("registry-ca", ca), "{deployment}");
+        }
+        let secret = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .map(|d| d["spec"]["template"]["spec"]["volumes"].to_string())
+            .unwrap_or_default();
+        assert!(
+            secret.contains("registry-pull") && secret.contains(".dockerconfigjson"),
+            "{secret}"
         );
         if mode == "certManager" {
             assert_eq!(

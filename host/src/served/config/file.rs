@@ -31,6 +31,16 @@ pub struct ConfigFile {
     pub connections: Option<Connections>,
     pub provisioner: Option<Provisioner>,
     pub compile: Option<Compile>,
+    pub registry: Option<Registry>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registry {
+    pub config: Option<PathBuf>,
+    pub ca_files: Option<Vec<PathBuf>>,
+    pub plain_http: Option<bool>,
+    pub require_digest: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -74,6 +84,7 @@ pub struct Tls {
 pub struct Policy {
     pub path: Option<PathBuf>,
     pub builtin: Option<String>,
+    pub oci: Option<String>,
     pub sha256: Option<String>,
     pub settings: Option<Value>,
     pub settings_file: Option<PathBuf>,

@@ -247,9 +247,36 @@ pub struct ServeConfig {
     pub on_unapplied: OnUnapplied,
     /// How policies are compiled: time and memory limits, and the bounds checked first.
     pub compile: CompileConfig,
+    /// How `oci:` policies are pulled (`registry:`).
+    pub registry: RegistryConfig,
     /// Command-line flags that replace fields of the file; kept across reloads so a reload
     /// applies them again (flags win over the file for the whole run).
     pub overrides: Overrides,
+}
+
+/// `registry:`: how `oci:` policies are pulled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistryConfig {
+    /// `config`: the docker config.json with credentials (an imagePullSecret's content).
+    pub config: Option<PathBuf>,
+    /// `caFiles`: PEM files of CAs to trust beside the system's.
+    pub ca_files: Vec<PathBuf>,
+    /// `plainHttp`: plain HTTP, for a registry on loopback only.
+    pub plain_http: bool,
+    /// `requireDigest`: refuse `oci:` references by tag.
+    pub require_digest: bool,
+}
+
+#[cfg(feature = "oci")]
+impl RegistryConfig {
+    /// The registry client's options.
+    pub fn options(&self) -> crate::oci::RegistryOptions {
+        crate::oci::RegistryOptions {
+            plain_http: self.plain_http,
+            docker_config: self.config.clone(),
+            ca_files: self.ca_files.clone(),
+        }
+    }
 }
 
 /// Fields of the configuration given on the command line of `nicpolicy serve`.
@@ -331,6 +358,7 @@ impl ServeConfig {
             provisioner: Provisioner::capvcd(),
             on_unapplied: OnUnapplied::default(),
             compile: CompileConfig::default(),
+            registry: RegistryConfig::default(),
             overrides: Overrides::default(),
         }
     }
@@ -391,7 +419,13 @@ impl ServeConfig {
                 None => DEFAULTS.listen,
             },
             tls: raw.tls.as_ref().map(|tls| reader.tls(tls)).transpose()?,
-            policies: reader.policies(&raw.policies)?,
+            policies: reader.policies(
+                &raw.policies,
+                raw.registry
+                    .as_ref()
+                    .and_then(|r| r.require_digest)
+                    .unwrap_or(false),
+            )?,
             on_policy_failure: raw.on_policy_failure.unwrap_or(DEFAULTS.failure_mode),
             on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
             inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
@@ -407,6 +441,7 @@ impl ServeConfig {
             connections: reader.connections(raw.connections.as_ref())?,
             provisioner: reader.provisioner(raw.provisioner.as_ref())?,
             compile: reader.compile(raw.compile.as_ref())?,
+            registry: reader.registry(raw.registry.as_ref()),
             on_unapplied: raw
                 .provisioner
                 .as_ref()
@@ -430,6 +465,9 @@ impl ServeConfig {
                 }
             }
         }
+        // New credentials or CAs take effect on the next reload, as a new module file does.
+        files.extend(self.registry.config.iter().cloned());
+        files.extend(self.registry.ca_files.iter().cloned());
         files.extend(self.inventory.iter().cloned());
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
             files.extend(f.iter().cloned());
@@ -529,6 +567,7 @@ impl Reader<'_> {
     fn policies(
         &self,
         raw: &BTreeMap<String, Vec<file::Policy>>,
+        require_digest: bool,
     ) -> Result<BTreeMap<ObjectKind, Vec<PolicyConfig>>, ConfigError> {
         if raw.is_empty() {
             return Err(self.error(
@@ -554,28 +593,82 @@ impl Reader<'_> {
             let chain = entries
                 .iter()
                 .enumerate()
-                .map(|(i, entry)| self.policy(&format!("{at}[{i}]"), entry))
+                .map(|(i, entry)| self.policy(&format!("{at}[{i}]"), entry, require_digest))
                 .collect::<Result<_, _>>()?;
             policies.insert(kind, chain);
         }
         Ok(policies)
     }
 
+    /// `registry:`, its paths resolved against this file's directory.
+    fn registry(&self, raw: Option<&file::Registry>) -> RegistryConfig {
+        let Some(raw) = raw else {
+            return RegistryConfig::default();
+        };
+        RegistryConfig {
+            config: raw.config.as_deref().map(|p| self.resolve(p)),
+            ca_files: raw
+                .ca_files
+                .iter()
+                .flatten()
+                .map(|p| self.resolve(p))
+                .collect(),
+            plain_http: raw.plain_http.unwrap_or(false),
+            require_digest: raw.require_digest.unwrap_or(false),
+        }
+    }
+
+    /// An `oci:` entry's source, at `at`.
+    fn oci_source(
+        &self,
+        at: &str,
+        reference: &str,
+        require_digest: bool,
+    ) -> Result<PolicySource, ConfigError> {
+        let reference = reference.strip_prefix("oci://").unwrap_or(reference);
+        if require_digest && !reference.contains("@sha256:") {
+            return Err(self.error(
+                at,
+                format!(
+                    "{reference:?} names a tag, and this configuration requires digests \
+                     (registry.requireDigest): write host/repo@sha256:..., which nicpolicy push \
+                     prints"
+                ),
+            ));
+        }
+        #[cfg(feature = "oci")]
+        return crate::oci::parse_reference(reference)
+            .map(|_| PolicySource::Oci(reference.to_string()))
+            .map_err(|err| self.error(at, err));
+        #[cfg(not(feature = "oci"))]
+        return Err(self.error(
+            at,
+            "this build of nicpolicy has no OCI registry support (feature oci)",
+        ));
+    }
+
     /// One entry of a chain, at `at` (like `policies.VCDMachine[0]`).
-    fn policy(&self, at: &str, entry: &file::Policy) -> Result<PolicyConfig, ConfigError> {
-        let source = match (&entry.path, &entry.builtin) {
-            (Some(path), None) => PolicySource::File(self.resolve(path)),
-            (None, Some(name)) => PolicySource::builtin(name)
+    fn policy(
+        &self,
+        at: &str,
+        entry: &file::Policy,
+        require_digest: bool,
+    ) -> Result<PolicyConfig, ConfigError> {
+        let source = match (&entry.path, &entry.builtin, &entry.oci) {
+            (Some(path), None, None) => PolicySource::File(self.resolve(path)),
+            (None, Some(name), None) => PolicySource::builtin(name)
                 .map_err(|err| self.error(&format!("{at}.builtin"), err))?,
-            (Some(_), Some(_)) => {
-                return Err(self.error(at, "give either path or builtin, not both"))
+            (None, None, Some(reference)) => {
+                self.oci_source(&format!("{at}.oci"), reference, require_digest)?
             }
-            (None, None) => {
+            (None, None, None) => {
                 return Err(self.error(
                     at,
-                    "a policy needs path (a .wasm file) or builtin (such as capvcd)",
+                    "a policy needs path (a .wasm file), builtin (such as capvcd) or oci (a \
+                     registry reference)",
                 ))
             }
+            _ => return Err(self.error(at, "give one of path, builtin and oci")),
         };
         if let Some(pin) = &entry.sha256 {
             if pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -928,6 +1021,34 @@ reload: {interval: 1s}
         }
     }
 
+    #[cfg(feature = "oci")]
+    #[test]
+    fn oci_entries_and_the_registry_section_are_read() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let config = parse(&format!(
+            "policies:\n  VCDMachine:\n    - oci: oci://registry.example.net/platform/dmz-guard@{digest}\n\
+             \x20   - builtin: capvcd\n\
+             registry: {{config: registry/config.json, caFiles: [registry/ca.pem], requireDigest: true}}\n"
+        ))
+        .expect("valid");
+        let chain = &config.policies[&ObjectKind::VcdMachine];
+        assert_eq!(
+            chain[0].spec.source,
+            PolicySource::Oci(format!("registry.example.net/platform/dmz-guard@{digest}"))
+        );
+        assert!(config.registry.require_digest);
+        assert!(!config.registry.plain_http);
+        // Paths resolve against the file's directory, and a change to them is a reload.
+        let credentials = config.registry.config.clone().expect("config");
+        assert!(
+            credentials.ends_with("registry/config.json"),
+            "{credentials:?}"
+        );
+        assert!(credentials.is_absolute());
+        assert!(config.watched_files().contains(&credentials));
+        assert_eq!(config.registry.ca_files.len(), 1);
+    }
+
     #[test]
     fn errors_name_the_field() {
         let cases = [
@@ -940,6 +1061,23 @@ reload: {interval: 1s}
                 "policies.VCDMachine[0].builtin",
             ),
             ("policies: {VCDMachine: [{}]}", "policies.VCDMachine[0]"),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd, oci: registry.example.net/p/x:1}]}",
+                "policies.VCDMachine[0]",
+            ),
+            (
+                "policies: {VCDMachine: [{oci: 'Not A Reference'}]}",
+                "policies.VCDMachine[0].oci",
+            ),
+            (
+                "policies: {VCDMachine: [{oci: registry.example.net/platform/dmz-guard:1.2.0}]}\n\
+                 registry: {requireDigest: true}",
+                "policies.VCDMachine[0].oci",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nregistry: {plainHTTP: true}",
+                "registry",
+            ),
             (
                 "policies: {VCDMachines: [{builtin: capvcd}]}",
                 "policies.VCDMachines",
