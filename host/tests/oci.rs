@@ -550,3 +550,211 @@ fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(out.stdout, builtin.stdout);
 }
+
+/// `nicpolicy serve` on loopback with a self-signed certificate, killed when dropped.
+struct Serving {
+    child: Child,
+    client: reqwest::blocking::Client,
+    base: String,
+}
+
+impl Serving {
+    fn start(dir: &Path, config: &Path) -> Serving {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let ca = dir.join("serve-ca.crt");
+        let _ = std::fs::remove_file(&ca);
+        let clusters = workspace().join("examples/cluster.yaml");
+        let log = std::fs::File::create(dir.join("serve.log")).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--tls-self-signed",
+            ])
+            .arg("--ca-bundle")
+            .arg(&ca)
+            .arg("--clusters")
+            .arg(&clusters)
+            .current_dir(dir)
+            .env("DOCKER_CONFIG", dir.join("no-docker-config"))
+            .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("serve starts");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ca.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "serve wrote no CA: {}",
+                Self::log(dir)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let pem = std::fs::read(&ca).expect("CA");
+        let client = reqwest::blocking::Client::builder()
+            .use_rustls_tls()
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA"))
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client");
+        Serving {
+            child,
+            client,
+            base: format!("https://127.0.0.1:{port}"),
+        }
+    }
+
+    fn log(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .ok()?;
+        response
+            .status()
+            .is_success()
+            .then(|| response.text().ok())
+            .flatten()
+    }
+
+    /// Waits until `/readyz` answers `text`.
+    fn until_ready(&self, text: &str, dir: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.get("/readyz").is_some_and(|body| body.trim() == text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/readyz never said {text:?}; now {:?}\n{}",
+                self.get("/readyz"),
+                Self::log(dir)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
+    let Pushed {
+        mut registry,
+        dir,
+        immutable,
+        ..
+    } = Pushed::new("reload");
+    // A second module under another tag: the role-based policy.
+    let second = dir.join("role-based.wasm");
+    let out = nicpolicy(
+        &["export", "role-based", "-o", &second.to_string_lossy()],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = nicpolicy(
+        &[
+            "push",
+            &second.to_string_lossy(),
+            &format!("{}/platform/role-based:0.1.0", registry.host()),
+            "--plain-http",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let role_based = String::from_utf8_lossy(&out.stdout).trim().to_string();
+
+    let config = dir.join("nicpolicy.yaml");
+    let write = |reference: &str| {
+        // Written beside and renamed over, as a ConfigMap update swaps the file.
+        let next = dir.join("nicpolicy.yaml.next");
+        std::fs::write(
+            &next,
+            format!(
+                "policies:\n  VCDMachine:\n    - oci: {reference}\n\
+                 registry: {{plainHttp: true, requireDigest: true}}\n\
+                 reload: {{interval: 200ms}}\n"
+            ),
+        )
+        .expect("config");
+        std::fs::rename(&next, &config).expect("swap");
+    };
+    write(&immutable);
+    let serving = Serving::start(&dir, &config);
+    serving.until_ready("ok: generation 1", &dir);
+
+    // A new digest in the configuration: pulled and swapped in.
+    write(&role_based);
+    serving.until_ready("ok: generation 2", &dir);
+    assert!(
+        Serving::log(&dir).contains(&role_based),
+        "the pull is logged with its digest:\n{}",
+        Serving::log(&dir)
+    );
+
+    // The registry is down and the next digest was never pulled: the reload fails, counted,
+    // and generation 2 keeps serving.
+    registry.stop();
+    write(&format!(
+        "{}/platform/role-based@sha256:{}",
+        registry.host(),
+        "0".repeat(64)
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let failures = serving
+            .get("/metrics")
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("nicpolicy_policy_load_failures_total"))
+                    .and_then(|l| l.split_whitespace().last())
+                    .and_then(|n| n.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0);
+        if failures >= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no load failure counted\n{}",
+            Serving::log(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    serving.until_ready("ok: generation 2", &dir);
+}
+
+#[test]
+fn the_kustomize_example_configuration_is_valid_and_names_digests() {
+    let path = workspace().join("examples/kustomize/registry-module/nicpolicy.yaml");
+    let config =
+        nicpolicy::served::config::ServeConfig::read(&path).unwrap_or_else(|err| panic!("{err}"));
+    assert!(config.registry.require_digest);
+    assert_eq!(
+        config.registry.config.as_deref(),
+        Some(Path::new("/etc/nicpolicy-registry/config.json"))
+    );
+    let references: Vec<&nicpolicy::PolicySource> = config
+        .policies
+        .values()
+        .flatten()
+        .map(|policy| &policy.spec.source)
+        .filter(|source| matches!(source, nicpolicy::PolicySource::Oci(_)))
+        .collect();
+    assert_eq!(references.len(), 2, "{references:?}");
+}

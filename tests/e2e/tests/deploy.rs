@@ -205,6 +205,51 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
         .as_str()
         .is_some_and(|c| c.contains("path: policy.wasm")));
     assert!(map["data"]["inventory.yaml"].is_string());
+    // A module from a registry: the overlay mounts the docker-registry Secret where its
+    // configuration's registry.config says, and the API server takes it.
+    let registry_overlay = clone.join("examples/kustomize/registry-module");
+    let registry_arg = registry_overlay.to_string_lossy().into_owned();
+    let rendered = kubectl.run(&["kustomize", &registry_arg]);
+    assert!(rendered.success, "{}", rendered.stderr);
+    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered.stdout)
+        .filter_map(|document| serde::Deserialize::deserialize(document).ok())
+        .collect();
+    let config: Value = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "nicpolicy-config")
+        .and_then(|o| o["data"]["nicpolicy.yaml"].as_str())
+        .and_then(|text| serde_yaml_ng::from_str(text).ok())
+        .expect("the overlay's configuration");
+    let webhook = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "nicpolicy-webhook")
+        .expect("the webhook's Deployment");
+    let pod = &webhook["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "registry-credentials"))
+        .expect("the credentials mount");
+    let volume = pod["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "registry-credentials"))
+        .expect("the credentials volume");
+    assert_eq!(volume["secret"]["items"][0]["key"], ".dockerconfigjson");
+    assert_eq!(
+        format!(
+            "{}/{}",
+            mount["mountPath"].as_str().unwrap_or(""),
+            volume["secret"]["items"][0]["path"].as_str().unwrap_or("")
+        ),
+        config["registry"]["config"].as_str().unwrap_or("")
+    );
+    let dry_run = kubectl.run(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        &registry_arg,
+    ]);
+    assert!(dry_run.success, "{}", dry_run.stderr);
     // Client-side apply would store the whole ConfigMap again in its last-applied annotation,
     // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
     let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &overlay_arg]);
