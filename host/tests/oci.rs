@@ -19,6 +19,11 @@ struct Registry {
 
 impl Registry {
     fn start(name: &str) -> Registry {
+        Registry::start_with(name, None)
+    }
+
+    /// A registry serving HTTPS with `tls` (certificate, key) when given.
+    fn start_with(name: &str, tls: Option<(&str, &str)>) -> Registry {
         let binary = ["/usr/bin/docker-registry", "/usr/sbin/docker-registry"]
             .into_iter()
             .map(PathBuf::from)
@@ -32,10 +37,22 @@ impl Registry {
             .expect("a free port")
             .port();
         let config = dir.join("config.yml");
+        let tls = match tls {
+            Some((cert, key)) => {
+                std::fs::write(dir.join("server.pem"), cert).expect("certificate");
+                std::fs::write(dir.join("server.key"), key).expect("key");
+                format!(
+                    "  tls: {{certificate: {}, key: {}}}\n",
+                    dir.join("server.pem").display(),
+                    dir.join("server.key").display()
+                )
+            }
+            None => String::new(),
+        };
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}",
                 dir.join("data").display()
             ),
         )
@@ -757,4 +774,50 @@ fn the_kustomize_example_configuration_is_valid_and_names_digests() {
         .filter(|source| matches!(source, nicpolicy::PolicySource::Oci(_)))
         .collect();
     assert_eq!(references.len(), 2, "{references:?}");
+}
+
+#[test]
+fn a_private_registry_is_trusted_through_its_ca_for_every_registry_or_for_it_alone() {
+    let tls = nicpolicy::webhook::tls::SelfSigned::generate(&[]).expect("a CA and a certificate");
+    let registry = Registry::start_with("tls", Some((&tls.cert_pem, &tls.key_pem)));
+    let dir = registry.dir.clone();
+    std::fs::write(dir.join("ca.pem"), &tls.ca_pem).expect("CA");
+    let (path, bytes) = module(&dir);
+    let reference = format!("{}/platform/capvcd:0.1.0", registry.host());
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", path.to_str().expect("path"), reference.as_str()];
+        args.extend_from_slice(extra);
+        nicpolicy(&args, &dir)
+    };
+    // Without the CA the certificate is not trusted, and the error says where it failed.
+    let out = push(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&reference),
+        "{}",
+        text(&out)
+    );
+    // A CA for another registry does not help; for this one (or every one) it does.
+    let other = "mirror.internal:5000=ca.pem".to_string();
+    let out = push(&["--registry-ca", &other]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let own = format!("{}=ca.pem", registry.host());
+    let out = push(&["--registry-ca", &own]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = nicpolicy(
+        &[
+            "pull",
+            &reference,
+            "-o",
+            "pulled.wasm",
+            "--registry-ca",
+            "ca.pem",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read(dir.join("pulled.wasm")).expect("pulled"),
+        bytes
+    );
 }

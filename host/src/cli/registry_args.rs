@@ -19,20 +19,36 @@ pub struct RegistryArgs {
     /// ~/.docker/config.json, anonymous when there is none.
     #[arg(long, value_name = "FILE")]
     pub registry_config: Option<PathBuf>,
-    /// A PEM file of CA certificates to trust for the registry, beside the system's (a private
-    /// registry's CA). Repeat for several.
-    #[arg(long = "registry-ca", value_name = "FILE")]
-    pub registry_ca: Vec<PathBuf>,
+    /// A PEM file of CA certificates to trust beside the system's (a private registry's CA):
+    /// FILE for every registry, HOST[:PORT]=FILE for that registry only. Repeat for several.
+    #[arg(long = "registry-ca", value_name = "[HOST=]FILE")]
+    pub registry_ca: Vec<String>,
 }
 
 impl RegistryArgs {
     /// The library's options.
     pub fn options(&self) -> RegistryOptions {
-        RegistryOptions {
+        let mut options = RegistryOptions {
             plain_http: self.plain_http,
             docker_config: self.registry_config.clone(),
-            ca_files: self.registry_ca.clone(),
+            ..RegistryOptions::default()
+        };
+        for given in &self.registry_ca {
+            // HOST=FILE names a registry (a host has no `/`); a path with `=` in a directory
+            // name is still a path.
+            match given
+                .split_once('=')
+                .filter(|(host, _)| !host.contains('/'))
+            {
+                Some((host, file)) => options
+                    .registry_ca_files
+                    .entry(host.to_string())
+                    .or_default()
+                    .push(PathBuf::from(file)),
+                None => options.ca_files.push(PathBuf::from(given)),
+            }
         }
+        options
     }
 }
 

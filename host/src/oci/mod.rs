@@ -100,8 +100,10 @@ pub struct RegistryOptions {
     /// The docker `config.json` with credentials; `None` looks where docker does
     /// (`$DOCKER_CONFIG/config.json`, `~/.docker/config.json`), and none there is anonymous.
     pub docker_config: Option<PathBuf>,
-    /// PEM files of CAs to trust beside the system's.
+    /// PEM files of CAs to trust beside the system's, for every registry.
     pub ca_files: Vec<PathBuf>,
+    /// PEM files of CAs to trust for one registry (`host[:port]` as references write it).
+    pub registry_ca_files: BTreeMap<String, Vec<PathBuf>>,
 }
 
 /// A pulled module.
@@ -175,7 +177,12 @@ fn client(
         ClientProtocol::Https
     };
     let mut extra_root_certificates = Vec::new();
-    for path in &options.ca_files {
+    let own = options
+        .registry_ca_files
+        .get(&registry)
+        .into_iter()
+        .flatten();
+    for path in options.ca_files.iter().chain(own) {
         let data = crate::files::read_at_most(path, 1 << 20).map_err(|err| {
             OciError::Config(format!(
                 "{}: cannot read the CA bundle: {err}",

@@ -39,6 +39,7 @@ pub struct ConfigFile {
 pub struct Registry {
     pub config: Option<PathBuf>,
     pub ca_files: Option<Vec<PathBuf>>,
+    pub registry_ca_files: Option<BTreeMap<String, Vec<PathBuf>>>,
     pub plain_http: Option<bool>,
     pub require_digest: Option<bool>,
 }

@@ -259,8 +259,10 @@ pub struct ServeConfig {
 pub struct RegistryConfig {
     /// `config`: the docker config.json with credentials (an imagePullSecret's content).
     pub config: Option<PathBuf>,
-    /// `caFiles`: PEM files of CAs to trust beside the system's.
+    /// `caFiles`: PEM files of CAs to trust beside the system's, for every registry.
     pub ca_files: Vec<PathBuf>,
+    /// `registryCaFiles`: PEM files of CAs to trust for one registry (`host[:port]`).
+    pub registry_ca_files: BTreeMap<String, Vec<PathBuf>>,
     /// `plainHttp`: plain HTTP, for a registry on loopback only.
     pub plain_http: bool,
     /// `requireDigest`: refuse `oci:` references by tag.
@@ -275,6 +277,7 @@ impl RegistryConfig {
             plain_http: self.plain_http,
             docker_config: self.config.clone(),
             ca_files: self.ca_files.clone(),
+            registry_ca_files: self.registry_ca_files.clone(),
         }
     }
 }
@@ -468,6 +471,7 @@ impl ServeConfig {
         // New credentials or CAs take effect on the next reload, as a new module file does.
         files.extend(self.registry.config.iter().cloned());
         files.extend(self.registry.ca_files.iter().cloned());
+        files.extend(self.registry.registry_ca_files.values().flatten().cloned());
         files.extend(self.inventory.iter().cloned());
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
             files.extend(f.iter().cloned());
@@ -612,6 +616,17 @@ impl Reader<'_> {
                 .iter()
                 .flatten()
                 .map(|p| self.resolve(p))
+                .collect(),
+            registry_ca_files: raw
+                .registry_ca_files
+                .iter()
+                .flatten()
+                .map(|(host, files)| {
+                    (
+                        host.clone(),
+                        files.iter().map(|p| self.resolve(p)).collect(),
+                    )
+                })
                 .collect(),
             plain_http: raw.plain_http.unwrap_or(false),
             require_digest: raw.require_digest.unwrap_or(false),
@@ -1028,7 +1043,8 @@ reload: {interval: 1s}
         let config = parse(&format!(
             "policies:\n  VCDMachine:\n    - oci: oci://registry.example.net/platform/dmz-guard@{digest}\n\
              \x20   - builtin: capvcd\n\
-             registry: {{config: registry/config.json, caFiles: [registry/ca.pem], requireDigest: true}}\n"
+             registry: {{config: registry/config.json, caFiles: [registry/ca.pem], requireDigest: true,\n\
+             \x20 registryCaFiles: {{mirror.internal:5000: [registry/mirror-ca.pem]}}}}\n"
         ))
         .expect("valid");
         let chain = &config.policies[&ObjectKind::VcdMachine];
@@ -1047,6 +1063,8 @@ reload: {interval: 1s}
         assert!(credentials.is_absolute());
         assert!(config.watched_files().contains(&credentials));
         assert_eq!(config.registry.ca_files.len(), 1);
+        let mirror = &config.registry.registry_ca_files["mirror.internal:5000"][0];
+        assert!(mirror.is_absolute() && config.watched_files().contains(mirror));
     }
 
     #[test]
