@@ -54,6 +54,9 @@ enum Command {
     /// Pull a policy module from an OCI registry (Kubewarden's or the CNCF Wasm layout),
     /// check it and write it to a file.
     Pull(cli::pull::PullArgs),
+    /// Copy a policy module from one registry to another (an air-gapped mirror), checked on the
+    /// way, and print the copy's immutable reference.
+    Copy(cli::copy::CopyArgs),
     /// Time policies on the requests of case files: compile and cache-load time, evaluation
     /// p50/p99 and peak memory per case, beside the built-in CAPVCD policy.
     Bench(cli::bench::BenchArgs),
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
         Command::Export(args) => cli::export::run(args),
         Command::Push(args) => cli::push::run(args),
         Command::Pull(args) => cli::pull::run(args),
+        Command::Copy(args) => cli::copy::run(args),
         Command::New(args) => cli::new::run(args),
         Command::Bench(args) => cli::bench::run(args, &positions),
         Command::Playground(args) => cli::playground::run(args),

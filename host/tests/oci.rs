@@ -821,3 +821,40 @@ fn a_private_registry_is_trusted_through_its_ca_for_every_registry_or_for_it_alo
         bytes
     );
 }
+
+#[test]
+fn copy_mirrors_a_module_into_another_registry_with_the_same_layer() {
+    let Pushed {
+        mut registry,
+        dir,
+        bytes,
+        immutable,
+        ..
+    } = Pushed::new("copy-from");
+    let mirror = Registry::start("copy-to");
+    let target = format!("{}/mirror/capvcd:0.1.0", mirror.host());
+    let out = nicpolicy(&["copy", &immutable, &target, "--plain-http"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let copied = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        copied.starts_with(&format!("{}/mirror/capvcd@sha256:", mirror.host())),
+        "{copied}"
+    );
+    // The same module bytes (so a sha256 pin holds for either copy) and the same manifest.
+    assert_eq!(
+        copied.rsplit('@').next(),
+        immutable.rsplit('@').next(),
+        "the manifest is written alike"
+    );
+    // The source is gone: the mirror alone serves it.
+    registry.stop();
+    let out = nicpolicy(
+        &["pull", &copied, "-o", "mirrored.wasm", "--plain-http"],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read(dir.join("mirrored.wasm")).expect("pulled"),
+        bytes
+    );
+}

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod bench;
 pub mod common;
 pub mod controller;
+pub mod copy;
 pub mod eval;
 pub mod export;
 pub mod inspect;
