@@ -4,7 +4,7 @@
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
 
-use super::registry_args::{block_on, failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, without_scheme, RegistryArgs};
 use super::{runtime, Failure};
 
 #[derive(clap::Args)]
@@ -26,9 +26,8 @@ pub fn run(args: CopyArgs) -> Result<u8, Failure> {
     nicpolicy::oci::parse_reference(source).map_err(failure)?;
     nicpolicy::oci::parse_reference(destination).map_err(failure)?;
     let options = args.registry.options();
-    let pulled = block_on(nicpolicy::oci::pull(source, &options))
-        .map_err(runtime)?
-        .map_err(failure)?;
+    let pulled =
+        nicpolicy::oci::blocking(|| nicpolicy::oci::pull(source, &options)).map_err(failure)?;
     let info = inspect(&pulled.bytes)
         .with_context(|| format!("{source}: the pulled module"))
         .map_err(runtime)?;
@@ -38,13 +37,9 @@ pub fn run(args: CopyArgs) -> Result<u8, Failure> {
         pulled.bytes.len(),
         info.sha256
     );
-    let immutable = block_on(nicpolicy::oci::push(
-        &pulled.bytes,
-        &info,
-        destination,
-        &options,
-    ))
-    .map_err(runtime)?
+    let immutable = nicpolicy::oci::blocking(|| {
+        nicpolicy::oci::push(&pulled.bytes, &info, destination, &options)
+    })
     .map_err(failure)?;
     println!("{immutable}");
     Ok(0)

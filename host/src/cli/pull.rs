@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
 
-use super::registry_args::{block_on, failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, without_scheme, RegistryArgs};
 use super::{runtime, Failure};
 
 #[derive(clap::Args)]
@@ -29,9 +29,8 @@ pub fn run(args: PullArgs) -> Result<u8, Failure> {
     let reference = without_scheme(&args.reference);
     let parsed = nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let options = args.registry.options();
-    let pulled = block_on(nicpolicy::oci::pull(reference, &options))
-        .map_err(runtime)?
-        .map_err(failure)?;
+    let pulled =
+        nicpolicy::oci::blocking(|| nicpolicy::oci::pull(reference, &options)).map_err(failure)?;
     // Checked as a module before it is written: a pulled file is used without a second look.
     let info = inspect(&pulled.bytes)
         .with_context(|| format!("{reference}: the pulled module"))

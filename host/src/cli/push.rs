@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
 
-use super::registry_args::{block_on, failure, without_scheme, RegistryArgs};
-use super::{runtime, usage, Failure};
+use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::{usage, Failure};
 
 #[derive(clap::Args)]
 pub struct PushArgs {
@@ -42,9 +42,9 @@ pub fn run(args: PushArgs) -> Result<u8, Failure> {
         info.sha256
     );
     let options = args.registry.options();
-    let immutable = block_on(nicpolicy::oci::push(&bytes, &info, reference, &options))
-        .map_err(runtime)?
-        .map_err(failure)?;
+    let immutable =
+        nicpolicy::oci::blocking(|| nicpolicy::oci::push(&bytes, &info, reference, &options))
+            .map_err(failure)?;
     println!("{immutable}");
     Ok(0)
 }

@@ -57,14 +57,6 @@ pub fn without_scheme(reference: &str) -> &str {
     reference.strip_prefix("oci://").unwrap_or(reference)
 }
 
-/// Runs `future` on a runtime of its own: the commands are otherwise synchronous.
-pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> anyhow::Result<T> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok(runtime.block_on(future))
-}
-
 /// The exit status of a registry error: what the user gave (a reference, `--plain-http` to a
 /// remote registry, credentials or CA files) is usage (2); what the registry or the artifact
 /// did is a run-time failure (3).
@@ -73,8 +65,9 @@ pub fn failure(error: OciError) -> Failure {
         OciError::Reference { .. } | OciError::PlainHttp { .. } | OciError::Config(_) => {
             usage(error)
         }
-        OciError::Registry { .. } | OciError::Layout { .. } | OciError::Digest { .. } => {
-            runtime(error)
-        }
+        OciError::Registry { .. }
+        | OciError::Layout { .. }
+        | OciError::Digest { .. }
+        | OciError::Runtime(_) => runtime(error),
     }
 }

@@ -90,6 +90,9 @@ pub enum OciError {
     /// Credentials or CA files that cannot be used.
     #[error("{0}")]
     Config(String),
+    /// The registry client could not run (no async runtime could be started).
+    #[error("{0}")]
+    Runtime(String),
 }
 
 /// How to reach registries.
@@ -399,31 +402,19 @@ pub fn fetch_blocking(
     options: &RegistryOptions,
     cache_dir: Option<&std::path::Path>,
 ) -> Result<store::Module, OciError> {
-    let run = || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|err| OciError::Config(format!("cannot start the registry client: {err}")))?;
-        runtime.block_on(async {
-            match cache_dir {
-                Some(dir) => {
-                    store::Store::new(dir.join("oci"))
-                        .fetch(reference, options)
-                        .await
-                }
-                None => pull(reference, options).await.map(|pulled| store::Module {
-                    bytes: pulled.bytes,
-                    immutable: pulled.immutable,
-                    fetched: store::Fetched::Pulled,
-                }),
+    let module = blocking(|| async {
+        match cache_dir {
+            Some(dir) => {
+                store::Store::new(dir.join("oci"))
+                    .fetch(reference, options)
+                    .await
             }
-        })
-    };
-    let module = std::thread::scope(|scope| {
-        scope
-            .spawn(run)
-            .join()
-            .unwrap_or_else(|_| Err(OciError::Config("the registry client panicked".to_string())))
+            None => pull(reference, options).await.map(|pulled| store::Module {
+                bytes: pulled.bytes,
+                immutable: pulled.immutable,
+                fetched: store::Fetched::Pulled,
+            }),
+        }
     })?;
     match &module.fetched {
         store::Fetched::Pulled => {
@@ -440,4 +431,31 @@ pub fn fetch_blocking(
         ),
     }
     Ok(module)
+}
+
+/// Runs the registry operation `make` builds on a runtime of its own, on a thread of its own,
+/// so synchronous code calls it inside or outside an async runtime (a runtime cannot be started
+/// on a thread that already runs one).
+///
+/// # Errors
+/// The operation's error, or [`OciError::Runtime`] when no runtime could be started.
+pub fn blocking<T, F>(make: impl FnOnce() -> F + Send) -> Result<T, OciError>
+where
+    T: Send,
+    F: std::future::Future<Output = Result<T, OciError>>,
+{
+    let run = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| OciError::Runtime(format!("cannot start the registry client: {err}")))?;
+        runtime.block_on(make())
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(run).join().unwrap_or_else(|_| {
+            Err(OciError::Runtime(
+                "the registry client panicked".to_string(),
+            ))
+        })
+    })
 }
