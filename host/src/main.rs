@@ -57,6 +57,13 @@ enum Command {
     /// Copy a policy module from one registry to another (an air-gapped mirror), checked on the
     /// way, and print the copy's immutable reference.
     Copy(cli::copy::CopyArgs),
+    /// Sign a policy module in a registry with a cosign key pair (the signature goes beside it,
+    /// where `cosign verify --key` and the webhook's verification read it).
+    Sign(cli::sign::SignArgs),
+    /// Check that a policy module in a registry is signed by one of the given public keys.
+    Verify(cli::verify::VerifyArgs),
+    /// Write a new cosign key pair (PREFIX.key sealed with COSIGN_PASSWORD, PREFIX.pub).
+    GenerateKeyPair(cli::sign::GenerateKeyPairArgs),
     /// Time policies on the requests of case files: compile and cache-load time, evaluation
     /// p50/p99 and peak memory per case, beside the built-in CAPVCD policy.
     Bench(cli::bench::BenchArgs),
@@ -140,6 +147,9 @@ fn main() -> ExitCode {
         Command::Push(args) => cli::push::run(args),
         Command::Pull(args) => cli::pull::run(args),
         Command::Copy(args) => cli::copy::run(args),
+        Command::Sign(args) => cli::sign::run_sign(args),
+        Command::Verify(args) => cli::verify::run(args),
+        Command::GenerateKeyPair(args) => cli::sign::run_generate(args),
         Command::New(args) => cli::new::run(args),
         Command::Bench(args) => cli::bench::run(args, &positions),
         Command::Playground(args) => cli::playground::run(args),

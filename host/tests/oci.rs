@@ -2,185 +2,13 @@
 //! distribution v2 server that .ci/run installs) started on loopback with a configuration and
 //! storage of its own. Both artifact layouts, tags and digests, and what is refused.
 
-use std::io::Read as _;
-use std::net::TcpListener;
+mod registry;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use registry::{digest, module, nicpolicy, text, workspace, Pushed, Registry, Serving};
 use sha2::{Digest, Sha256};
-
-/// A registry on 127.0.0.1, stopped and removed when dropped.
-struct Registry {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Registry {
-    fn start(name: &str) -> Registry {
-        Registry::start_with(name, None)
-    }
-
-    /// A registry serving HTTPS with `tls` (certificate, key) when given.
-    fn start_with(name: &str, tls: Option<(&str, &str)>) -> Registry {
-        let binary = ["/usr/bin/docker-registry", "/usr/sbin/docker-registry"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .expect("docker-registry is installed (.ci/run installs Debian's docker-registry)");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("registry-{name}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("registry dir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let config = dir.join("config.yml");
-        let tls = match tls {
-            Some((cert, key)) => {
-                std::fs::write(dir.join("server.pem"), cert).expect("certificate");
-                std::fs::write(dir.join("server.key"), key).expect("key");
-                format!(
-                    "  tls: {{certificate: {}, key: {}}}\n",
-                    dir.join("server.pem").display(),
-                    dir.join("server.key").display()
-                )
-            }
-            None => String::new(),
-        };
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}",
-                dir.join("data").display()
-            ),
-        )
-        .expect("registry config");
-        let log = std::fs::File::create(dir.join("registry.log")).expect("log");
-        let child = Command::new(binary)
-            .args(["serve", &config.to_string_lossy()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("docker-registry starts");
-        let registry = Registry { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the registry did not listen: {}",
-                registry.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        registry
-    }
-
-    /// Stops the registry (its storage stays until drop): an outage.
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default()
-    }
-
-    /// Writes an artifact by hand (`PUT` of blobs and manifest), as another tool would.
-    fn put_artifact(&self, repo: &str, tag: &str, config: (&str, &[u8]), layer: (&str, &[u8])) {
-        let client = reqwest::blocking::Client::new();
-        for data in [config.1, layer.1] {
-            let digest = digest(data);
-            let start = client
-                .post(format!("http://{}/v2/{repo}/blobs/uploads/", self.host()))
-                .send()
-                .expect("upload starts");
-            assert_eq!(start.status(), 202, "{}", self.log());
-            let location = start.headers()["location"]
-                .to_str()
-                .expect("location")
-                .to_string();
-            let url = if location.starts_with("http") {
-                location
-            } else {
-                format!("http://{}{location}", self.host())
-            };
-            let separator = if url.contains('?') { '&' } else { '?' };
-            let done = client
-                .put(format!("{url}{separator}digest={digest}"))
-                .body(data.to_vec())
-                .send()
-                .expect("upload ends");
-            assert_eq!(done.status(), 201, "{}", self.log());
-        }
-        let manifest = serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": config.0, "digest": digest(config.1), "size": config.1.len()},
-            "layers": [{"mediaType": layer.0, "digest": digest(layer.1), "size": layer.1.len()}],
-        });
-        let put = client
-            .put(format!("http://{}/v2/{repo}/manifests/{tag}", self.host()))
-            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
-            .body(manifest.to_string())
-            .send()
-            .expect("manifest put");
-        assert_eq!(put.status(), 201, "{}", self.log());
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
-
-fn nicpolicy(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
-        .args(args)
-        .current_dir(dir)
-        // No credentials of the machine's user, and a cache of the test's own.
-        .env("DOCKER_CONFIG", dir.join("no-docker-config"))
-        .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
-        .output()
-        .expect("nicpolicy runs")
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// The built-in CAPVCD policy as a file in `dir`.
-fn module(dir: &Path) -> (PathBuf, Vec<u8>) {
-    let path = dir.join("capvcd.wasm");
-    let out = nicpolicy(&["export", "capvcd", "-o", &path.to_string_lossy()], dir);
-    assert!(out.status.success(), "{}", text(&out));
-    let mut bytes = Vec::new();
-    std::fs::File::open(&path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .expect("module");
-    (path, bytes)
-}
 
 #[test]
 fn push_prints_the_immutable_reference_and_pull_reads_it_by_tag_and_by_digest() {
@@ -370,37 +198,6 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
-/// A registry holding the built-in CAPVCD module, pushed as `platform/capvcd:0.1.0`.
-struct Pushed {
-    registry: Registry,
-    dir: PathBuf,
-    bytes: Vec<u8>,
-    tag: String,
-    immutable: String,
-}
-
-impl Pushed {
-    fn new(name: &str) -> Pushed {
-        let registry = Registry::start(name);
-        let dir = registry.dir.clone();
-        let (path, bytes) = module(&dir);
-        let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
-        let out = nicpolicy(
-            &["push", &path.to_string_lossy(), &tag, "--plain-http"],
-            &dir,
-        );
-        assert!(out.status.success(), "{}", text(&out));
-        let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        Pushed {
-            registry,
-            dir,
-            bytes,
-            tag,
-            immutable,
-        }
-    }
-}
-
 #[test]
 fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_registry_is_down() {
     let Pushed {
@@ -568,107 +365,6 @@ fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     assert_eq!(out.stdout, builtin.stdout);
 }
 
-/// `nicpolicy serve` on loopback with a self-signed certificate, killed when dropped.
-struct Serving {
-    child: Child,
-    client: reqwest::blocking::Client,
-    base: String,
-}
-
-impl Serving {
-    fn start(dir: &Path, config: &Path) -> Serving {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let ca = dir.join("serve-ca.crt");
-        let _ = std::fs::remove_file(&ca);
-        let clusters = workspace().join("examples/cluster.yaml");
-        let log = std::fs::File::create(dir.join("serve.log")).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--tls-self-signed",
-            ])
-            .arg("--ca-bundle")
-            .arg(&ca)
-            .arg("--clusters")
-            .arg(&clusters)
-            .current_dir(dir)
-            .env("DOCKER_CONFIG", dir.join("no-docker-config"))
-            .env("NICPOLICY_CACHE_DIR", dir.join("cache"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("serve starts");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ca.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "serve wrote no CA: {}",
-                Self::log(dir)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let pem = std::fs::read(&ca).expect("CA");
-        let client = reqwest::blocking::Client::builder()
-            .use_rustls_tls()
-            .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA"))
-            .timeout(Duration::from_secs(10))
-            .build()
-            .expect("client");
-        Serving {
-            child,
-            client,
-            base: format!("https://127.0.0.1:{port}"),
-        }
-    }
-
-    fn log(dir: &Path) -> String {
-        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
-    }
-
-    fn get(&self, path: &str) -> Option<String> {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .ok()?;
-        response
-            .status()
-            .is_success()
-            .then(|| response.text().ok())
-            .flatten()
-    }
-
-    /// Waits until `/readyz` answers `text`.
-    fn until_ready(&self, text: &str, dir: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.get("/readyz").is_some_and(|body| body.trim() == text) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/readyz never said {text:?}; now {:?}\n{}",
-                self.get("/readyz"),
-                Self::log(dir)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
     let Pushed {
@@ -774,6 +470,10 @@ fn the_kustomize_example_configuration_is_valid_and_names_digests() {
         .filter(|source| matches!(source, nicpolicy::PolicySource::Oci(_)))
         .collect();
     assert_eq!(references.len(), 2, "{references:?}");
+    // The public key travels in the ConfigMap beside the configuration.
+    let rule = &config.registry.verification[0];
+    assert_eq!(rule.references, ["registry.example.net/platform/*"]);
+    assert!(rule.keys[0].0.ends_with("registry-module/platform.pub"));
 }
 
 #[test]
@@ -857,4 +557,96 @@ fn copy_mirrors_a_module_into_another_registry_with_the_same_layer() {
         std::fs::read(dir.join("mirrored.wasm")).expect("pulled"),
         bytes
     );
+}
+
+#[test]
+fn a_registry_behind_basic_auth_takes_the_credentials_of_a_docker_config() {
+    let registry = Registry::start_with_login("login", ("platform-ci", "s3cret-pa55"));
+    let dir = registry.dir.clone();
+    let (path, bytes) = module(&dir);
+    let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
+    let credentials = |name: &str, password: &str| {
+        let path = dir.join(name);
+        let auth = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("platform-ci:{password}"),
+        );
+        std::fs::write(
+            &path,
+            serde_json::json!({"auths": {registry.host(): {"auth": auth}}}).to_string(),
+        )
+        .expect("config.json");
+        path
+    };
+    let good = credentials("good.json", "s3cret-pa55");
+    let wrong = credentials("wrong.json", "guess");
+    let push = |config: Option<&Path>| {
+        let mut args = vec![
+            "push".to_string(),
+            path.to_string_lossy().into_owned(),
+            tag.clone(),
+            "--plain-http".to_string(),
+        ];
+        if let Some(config) = config {
+            args.push("--registry-config".to_string());
+            args.push(config.to_string_lossy().into_owned());
+        }
+        nicpolicy(&args.iter().map(String::as_str).collect::<Vec<_>>(), &dir)
+    };
+    // Anonymous and a wrong password are turned away, as the registry says.
+    for out in [push(None), push(Some(&wrong))] {
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        let said = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(
+            said.contains("401") || said.contains("unauthorized"),
+            "{said}"
+        );
+    }
+    let out = push(Some(&good));
+    assert!(out.status.success(), "{}", text(&out));
+    let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = nicpolicy(
+        &[
+            "pull",
+            &immutable,
+            "-o",
+            "pulled.wasm",
+            "--plain-http",
+            "--registry-config",
+            &good.to_string_lossy(),
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read(dir.join("pulled.wasm")).expect("pulled"),
+        bytes
+    );
+    // The webhook's configuration names the same file (`registry.config`, where the chart
+    // mounts the credentials Secret).
+    let config = dir.join("nicpolicy.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "policies:\n  VCDMachine:\n    - oci: {immutable}\n\
+             registry: {{plainHttp: true, requireDigest: true, config: {}}}\n",
+            good.display()
+        ),
+    )
+    .expect("config");
+    let request = workspace().join("tests/fixtures/admission/vcdmachine-create-invalid.json");
+    let clusters = workspace().join("examples/cluster.yaml");
+    let out = nicpolicy(
+        &[
+            "review",
+            "--request",
+            &request.to_string_lossy(),
+            "--config",
+            &config.to_string_lossy(),
+            "--clusters",
+            &clusters.to_string_lossy(),
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }

@@ -69,7 +69,27 @@ the emptyDir is root's with mode 0777, which the cache never trusts. */}}
 {{- toYaml $registry -}}
 {{- end -}}
 
-{{/* Mounts of the registry credentials and CA, when given. */}}
+{{/* The verification section of a serve configuration: each rule's keys as files of the
+mounted keys ConfigMap. */}}
+{{- define "nicpolicy.verificationConfig" -}}
+{{- $rules := list -}}
+{{- range $i, $rule := .Values.verification.rules -}}
+{{- if not $rule.references -}}
+{{- fail (printf "verification.rules[%d].references: name the repositories the rule is for" $i) -}}
+{{- end -}}
+{{- if not $rule.keys -}}
+{{- fail (printf "verification.rules[%d].keys: name keys of verification.keysConfigMap" $i) -}}
+{{- end -}}
+{{- $keys := list -}}
+{{- range $rule.keys -}}
+{{- $keys = append $keys (printf "/etc/nicpolicy-keys/%s" .) -}}
+{{- end -}}
+{{- $rules = append $rules (dict "references" $rule.references "keys" $keys) -}}
+{{- end -}}
+{{- toYaml (dict "rules" $rules) -}}
+{{- end -}}
+
+{{/* Mounts of the registry credentials and CA, and the signature keys, when given. */}}
 {{- define "nicpolicy.registryMounts" -}}
 {{- if .Values.registry.credentialsSecret }}
 - name: registry-credentials
@@ -79,6 +99,11 @@ the emptyDir is root's with mode 0777, which the cache never trusts. */}}
 {{- if .Values.registry.caConfigMap }}
 - name: registry-ca
   mountPath: /etc/nicpolicy-registry-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.verification.rules }}
+- name: verification-keys
+  mountPath: /etc/nicpolicy-keys
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -101,5 +126,10 @@ file docker reads) and CA, when given. */}}
     items:
       - key: ca.pem
         path: ca.pem
+{{- end }}
+{{- if .Values.verification.rules }}
+- name: verification-keys
+  configMap:
+    name: {{ required "verification.keysConfigMap: the ConfigMap holding the public keys the rules name" .Values.verification.keysConfigMap }}
 {{- end }}
 {{- end -}}

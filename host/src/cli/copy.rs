@@ -1,5 +1,6 @@
 //! `nicpolicy copy SRC DST`: copies a policy module from one registry to another (an air-gapped
-//! mirror), checked on the way as `pull` checks it, and prints the copy's immutable reference.
+//! mirror), checked on the way as `pull` checks it, with the same manifest digest and its
+//! cosign signatures, and prints the copy's immutable reference.
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
@@ -25,22 +26,20 @@ pub fn run(args: CopyArgs) -> Result<u8, Failure> {
     let destination = without_scheme(&args.destination);
     nicpolicy::oci::parse_reference(source).map_err(failure)?;
     nicpolicy::oci::parse_reference(destination).map_err(failure)?;
-    let options = args.registry.options();
-    let pulled =
-        nicpolicy::oci::blocking(|| nicpolicy::oci::pull(source, &options)).map_err(failure)?;
-    let info = inspect(&pulled.bytes)
-        .with_context(|| format!("{source}: the pulled module"))
+    let options = args.registry.options()?;
+    let copied =
+        nicpolicy::oci::blocking(|| nicpolicy::oci::mirror::copy(source, destination, &options))
+            .map_err(failure)?;
+    let info = inspect(&copied.pulled.bytes)
+        .with_context(|| format!("{source}: the copied module"))
         .map_err(runtime)?;
     eprintln!(
-        "copying {} ({} bytes, sha256 {}) to {destination}",
-        pulled.immutable,
-        pulled.bytes.len(),
-        info.sha256
+        "copied {} ({} bytes, sha256 {}) to {destination} with {} signature(s)",
+        copied.pulled.immutable,
+        copied.pulled.bytes.len(),
+        info.sha256,
+        copied.signatures
     );
-    let immutable = nicpolicy::oci::blocking(|| {
-        nicpolicy::oci::push(&pulled.bytes, &info, destination, &options)
-    })
-    .map_err(failure)?;
-    println!("{immutable}");
+    println!("{}", copied.immutable);
     Ok(0)
 }

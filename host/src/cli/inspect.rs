@@ -36,7 +36,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
             let reference = reference.unwrap_or_default();
             let module = nicpolicy::oci::fetch_blocking(
                 reference,
-                &args.registry.options(),
+                &args.registry.options()?,
                 nicpolicy::cache::ModuleCache::default_dir().as_deref(),
             )
             .map_err(super::registry_args::failure)?;

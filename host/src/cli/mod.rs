@@ -22,7 +22,9 @@ pub mod render;
 pub mod render_plan;
 pub mod review;
 pub mod serve;
+pub mod sign;
 pub mod test;
+pub mod verify;
 
 use clap::ValueEnum;
 

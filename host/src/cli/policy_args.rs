@@ -256,7 +256,7 @@ pub fn load_chain(
     config.max_instances = 4;
     let host = Host::new(config).map_err(runtime)?;
     let mut loader =
-        nicpolicy::spec::ChainLoader::new(&host).with_registry(args.registry.options());
+        nicpolicy::spec::ChainLoader::new(&host).with_registry(args.registry.options()?);
     let chain = loader.load(specs).map_err(usage)?;
     for (reference, immutable, fetched) in loader.fetched() {
         match fetched {

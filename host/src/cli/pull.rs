@@ -28,7 +28,7 @@ pub struct PullArgs {
 pub fn run(args: PullArgs) -> Result<u8, Failure> {
     let reference = without_scheme(&args.reference);
     let parsed = nicpolicy::oci::parse_reference(reference).map_err(failure)?;
-    let options = args.registry.options();
+    let options = args.registry.options()?;
     let pulled =
         nicpolicy::oci::blocking(|| nicpolicy::oci::pull(reference, &options)).map_err(failure)?;
     // Checked as a module before it is written: a pulled file is used without a second look.

@@ -1,8 +1,9 @@
-//! How `push`, `pull` and `inspect` reach a registry: `--plain-http`, `--registry-config`,
-//! `--registry-ca`.
+//! How the commands that talk to a registry reach it: `--plain-http`, `--registry-config`,
+//! `--registry-ca`, and which signatures they require: `--verify-key`.
 
 use std::path::PathBuf;
 
+use nicpolicy::oci::signature::{TrustedKey, Verification};
 use nicpolicy::oci::{OciError, RegistryOptions};
 
 use super::{runtime, usage, Failure};
@@ -23,14 +24,33 @@ pub struct RegistryArgs {
     /// FILE for every registry, HOST[:PORT]=FILE for that registry only. Repeat for several.
     #[arg(long = "registry-ca", value_name = "[HOST=]FILE")]
     pub registry_ca: Vec<String>,
+    /// Use a module from a registry only when a cosign signature of it checks with this public
+    /// key (PEM, as cosign.pub). Repeat for several keys: one signature by any of them is
+    /// enough.
+    #[arg(long = "verify-key", value_name = "FILE")]
+    pub verify_key: Vec<PathBuf>,
 }
 
 impl RegistryArgs {
-    /// The library's options.
-    pub fn options(&self) -> RegistryOptions {
+    /// The library's options, with the `--verify-key` keys read.
+    ///
+    /// # Errors
+    /// A key file that cannot be read or is not a public key (usage).
+    pub fn options(&self) -> Result<RegistryOptions, Failure> {
+        let keys = self
+            .verify_key
+            .iter()
+            .map(|path| TrustedKey::read(path))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(failure)?;
         let mut options = RegistryOptions {
             plain_http: self.plain_http,
             docker_config: self.registry_config.clone(),
+            verification: if keys.is_empty() {
+                Verification::default()
+            } else {
+                Verification::every_repository(keys)
+            },
             ..RegistryOptions::default()
         };
         for given in &self.registry_ca {
@@ -48,7 +68,7 @@ impl RegistryArgs {
                 None => options.ca_files.push(PathBuf::from(given)),
             }
         }
-        options
+        Ok(options)
     }
 }
 
@@ -66,6 +86,7 @@ pub fn failure(error: OciError) -> Failure {
             usage(error)
         }
         OciError::Registry { .. }
+        | OciError::Signature { .. }
         | OciError::Layout { .. }
         | OciError::Digest { .. }
         | OciError::Runtime(_) => runtime(error),

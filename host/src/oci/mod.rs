@@ -12,8 +12,12 @@
 //! - **Transport**: HTTPS with the system's CAs plus any given; plain HTTP only to a loopback
 //!   registry (`--plain-http`), for tests and local mirrors. Credentials come from a docker
 //!   `config.json` ([`auth`]), the format of an imagePullSecret.
+//! - **Signatures**: with a [`signature::Verification`] in the options, a pulled module is used
+//!   only when a cosign signature of its manifest checks with a trusted key ([`signature`]).
 
 pub mod auth;
+pub mod mirror;
+pub mod signature;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -87,7 +91,15 @@ pub enum OciError {
         /// The bytes'.
         actual: String,
     },
-    /// Credentials or CA files that cannot be used.
+    /// Signatures are verified, and the module has none that checks.
+    #[error("{reference}: refused: {why}")]
+    Signature {
+        /// As given.
+        reference: String,
+        /// What is missing or wrong.
+        why: String,
+    },
+    /// Credentials, CA or key files that cannot be used.
     #[error("{0}")]
     Config(String),
     /// The registry client could not run (no async runtime could be started).
@@ -107,6 +119,8 @@ pub struct RegistryOptions {
     pub ca_files: Vec<PathBuf>,
     /// PEM files of CAs to trust for one registry (`host[:port]` as references write it).
     pub registry_ca_files: BTreeMap<String, Vec<PathBuf>>,
+    /// The keys pulled modules must be signed with; empty, signatures are not checked.
+    pub verification: signature::Verification,
 }
 
 /// A pulled module.
@@ -120,6 +134,10 @@ pub struct Pulled {
     pub immutable: String,
     /// Which layout it was in.
     pub layout: Layout,
+    /// The signatures that were read (only when signatures are verified).
+    pub signatures: Vec<signature::Signature>,
+    /// The key that verified a signature, when signatures are verified.
+    pub verified_by: Option<String>,
 }
 
 /// The artifact layouts pull reads.
@@ -237,13 +255,14 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
+/// `host/repo`: the repository of `parsed`, as verification rules name it.
+fn repository(parsed: &Reference) -> String {
+    format!("{}/{}", parsed.resolve_registry(), parsed.repository())
+}
+
 /// `host/repo@digest`: the immutable form of `reference`.
 fn immutable(parsed: &Reference, digest: &str) -> String {
-    format!(
-        "{}/{}@{digest}",
-        parsed.resolve_registry(),
-        parsed.repository()
-    )
+    format!("{}@{digest}", repository(parsed))
 }
 
 /// Pulls the module at `reference`.
@@ -300,11 +319,28 @@ pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, 
         });
     }
     let manifest_digest = image.digest.clone().unwrap_or_default();
+    let (signatures, verified_by) = if options.verification.is_empty() {
+        (Vec::new(), None)
+    } else {
+        // Read through the same client: its token for the repository is still good.
+        let signatures = signature::fetch(&client, &auth, &parsed, &manifest_digest)
+            .await
+            .map_err(registry_error(reference, "reading its signatures"))?;
+        let verified_by = options.verification.check(
+            reference,
+            &repository(&parsed),
+            &manifest_digest,
+            &signatures,
+        )?;
+        (signatures, verified_by)
+    };
     Ok(Pulled {
         bytes: layer.data.to_vec(),
         layer_digest: actual,
         immutable: immutable(&parsed, &manifest_digest),
         layout,
+        signatures,
+        verified_by,
     })
 }
 
@@ -413,19 +449,22 @@ pub fn fetch_blocking(
                 bytes: pulled.bytes,
                 immutable: pulled.immutable,
                 fetched: store::Fetched::Pulled,
+                verified_by: pulled.verified_by,
             }),
         }
     })?;
+    let signed_by = module.verified_by.as_deref().unwrap_or("(not verified)");
     match &module.fetched {
         store::Fetched::Pulled => {
-            tracing::info!(reference, immutable = %module.immutable, "pulled the policy module")
+            tracing::info!(reference, immutable = %module.immutable, signed_by, "pulled the policy module")
         }
         store::Fetched::Stored => {
-            tracing::debug!(reference, "the policy module is stored")
+            tracing::debug!(reference, signed_by, "the policy module is stored")
         }
         store::Fetched::StoredWhileUnreachable(why) => tracing::warn!(
             reference,
             immutable = %module.immutable,
+            signed_by,
             why = %why,
             "the registry cannot be reached: serving the module pulled before"
         ),

@@ -8,11 +8,16 @@
 //! the registry; a reference by tag is pulled every time (tags move) and the stored copy serves
 //! only when the registry cannot be reached, with a warning naming the digest it serves. Every
 //! blob is checked against its name when it is read: a changed file is pulled again, never used.
+//! When signatures are verified, the signatures read with a module are kept in its entry and
+//! checked again, with the keys configured now, every time the stored copy is used: a store
+//! cannot vouch for a module, and a key taken out of the configuration stops its modules even
+//! while the registry is down.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::signature::Signature;
 use super::{digest_of, pull, OciError, Pulled, RegistryOptions};
 
 /// What the store remembers of a reference.
@@ -23,6 +28,22 @@ struct Entry {
     immutable: String,
     /// `sha256:<hex>` of the module.
     layer: String,
+    /// The signatures read with it (when signatures were verified).
+    #[serde(default)]
+    signatures: Vec<Signature>,
+}
+
+impl Entry {
+    /// Checks the stored signatures with the keys of `options`; answers the key that verified.
+    fn verify(&self, options: &RegistryOptions) -> Result<Option<String>, OciError> {
+        let (repository, digest) = self
+            .immutable
+            .split_once('@')
+            .unwrap_or((self.immutable.as_str(), ""));
+        options
+            .verification
+            .check(&self.reference, repository, digest, &self.signatures)
+    }
 }
 
 /// Where a module came from.
@@ -45,6 +66,8 @@ pub struct Module {
     pub immutable: String,
     /// How it was got.
     pub fetched: Fetched,
+    /// The key that verified its signature, when signatures are verified.
+    pub verified_by: Option<String>,
 }
 
 /// The store in `dir` (created on first write).
@@ -95,6 +118,7 @@ impl Store {
             reference: reference.to_string(),
             immutable: pulled.immutable.clone(),
             layer: pulled.layer_digest.clone(),
+            signatures: pulled.signatures.clone(),
         };
         let path = self.ref_path(reference);
         if let Some(parent) = path.parent() {
@@ -116,11 +140,16 @@ impl Store {
     ) -> Result<Module, OciError> {
         if reference.contains("@sha256:") {
             if let Some((entry, bytes)) = self.stored(reference) {
-                return Ok(Module {
-                    bytes,
-                    immutable: entry.immutable,
-                    fetched: Fetched::Stored,
-                });
+                // Stored signatures that no longer check (keys changed, or stored before
+                // verification was configured): ask the registry, which may hold new ones.
+                if let Ok(verified_by) = entry.verify(options) {
+                    return Ok(Module {
+                        bytes,
+                        immutable: entry.immutable,
+                        fetched: Fetched::Stored,
+                        verified_by,
+                    });
+                }
             }
         }
         match pull(reference, options).await {
@@ -138,14 +167,32 @@ impl Store {
                     bytes: pulled.bytes,
                     immutable: pulled.immutable,
                     fetched: Fetched::Pulled,
+                    verified_by: pulled.verified_by,
                 })
             }
             Err(error @ OciError::Registry { .. }) => match self.stored(reference) {
-                Some((entry, bytes)) => Ok(Module {
-                    bytes,
-                    immutable: entry.immutable,
-                    fetched: Fetched::StoredWhileUnreachable(error.to_string()),
-                }),
+                Some((entry, bytes)) => {
+                    let verified_by =
+                        entry
+                            .verify(options)
+                            .map_err(|refused| OciError::Signature {
+                                reference: reference.to_string(),
+                                why: format!(
+                                "the registry cannot be reached ({error}), and the stored copy's \
+                                 signatures do not check: {}",
+                                match &refused {
+                                    OciError::Signature { why, .. } => why.clone(),
+                                    other => other.to_string(),
+                                }
+                            ),
+                            })?;
+                    Ok(Module {
+                        bytes,
+                        immutable: entry.immutable,
+                        fetched: Fetched::StoredWhileUnreachable(error.to_string()),
+                        verified_by,
+                    })
+                }
                 None => Err(error),
             },
             Err(error) => Err(error),

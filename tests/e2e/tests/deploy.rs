@@ -250,6 +250,14 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
         &registry_arg,
     ]);
     assert!(dry_run.success, "{}", dry_run.stderr);
+    // The verification key is a file of the same ConfigMap, beside the configuration.
+    let keys = config["verification"][0]["keys"][0].as_str().unwrap_or("");
+    assert!(
+        objects.iter().any(|o| o["kind"] == "ConfigMap"
+            && o["metadata"]["name"] == "nicpolicy-config"
+            && o["data"][keys].is_string()),
+        "{keys} is not in the configuration's ConfigMap"
+    );
     // Client-side apply would store the whole ConfigMap again in its last-applied annotation,
     // over the API server's 256 KiB limit for annotations: why the guide says --server-side.
     let client_side = kubectl.run(&["apply", "--dry-run=server", "-k", &overlay_arg]);
@@ -318,6 +326,9 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         "webhook.timeoutSeconds=3",
         "registry.credentialsSecret=registry-pull",
         "registry.caConfigMap=registry-ca",
+        "verification.keysConfigMap=policy-keys",
+        "verification.rules[0].references[0]=registry.example.net/platform/*",
+        "verification.rules[0].keys[0]=platform.pub",
     ];
     for (mode, namespace, extra) in [
         ("certManager", "platform-nicpolicy", vec![]),
@@ -459,7 +470,28 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
             };
             assert!(mounted("registry-credentials", credentials), "{deployment}");
             assert!(mounted("registry-ca", ca), "{deployment}");
+            // The verification keys: the rule's key is a file of the mounted keys ConfigMap.
+            let key = config["verification"][0]["keys"][0]
+                .as_str()
+                .expect("verification[0].keys[0]");
+            let mount = pod["containers"][0]["volumeMounts"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["name"] == "verification-keys"))
+                .unwrap_or_else(|| panic!("verification-keys not mounted ({mode})"));
+            assert_eq!(
+                format!("{}/platform.pub", mount["mountPath"].as_str().unwrap_or("")),
+                key
+            );
+            let keys = pod["volumes"]
+                .as_array()
+                .and_then(|v| v.iter().find(|v| v["name"] == "verification-keys"))
+                .expect("the keys volume");
+            assert_eq!(keys["configMap"]["name"], "policy-keys", "{keys}");
         }
+        assert_eq!(
+            config["verification"][0]["references"][0],
+            "registry.example.net/platform/*"
+        );
         let secret = objects
             .iter()
             .find(|o| o["kind"] == "Deployment")

@@ -32,6 +32,14 @@ pub struct ConfigFile {
     pub provisioner: Option<Provisioner>,
     pub compile: Option<Compile>,
     pub registry: Option<Registry>,
+    pub verification: Option<Vec<VerificationRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerificationRule {
+    pub references: Vec<String>,
+    pub keys: Vec<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]

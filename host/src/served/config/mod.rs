@@ -267,6 +267,19 @@ pub struct RegistryConfig {
     pub plain_http: bool,
     /// `requireDigest`: refuse `oci:` references by tag.
     pub require_digest: bool,
+    /// `verification:` (a section of its own in the file): the keys `oci:` modules must be
+    /// signed with, per repository pattern; empty, signatures are not checked.
+    pub verification: Vec<VerificationRuleConfig>,
+}
+
+/// One rule of `verification:`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerificationRuleConfig {
+    /// `references`: repository patterns (`registry.example.net/platform/*`).
+    pub references: Vec<String>,
+    /// `keys`: public key files (resolved against the configuration's directory), with the
+    /// bytes read when the configuration was, so a load uses the keys that were checked.
+    pub keys: Vec<(PathBuf, Vec<u8>)>,
 }
 
 #[cfg(feature = "oci")]
@@ -278,6 +291,25 @@ impl RegistryConfig {
             docker_config: self.config.clone(),
             ca_files: self.ca_files.clone(),
             registry_ca_files: self.registry_ca_files.clone(),
+            verification: crate::oci::signature::Verification {
+                rules: self
+                    .verification
+                    .iter()
+                    .map(|rule| crate::oci::signature::VerificationRule {
+                        references: rule.references.clone(),
+                        keys: rule
+                            .keys
+                            .iter()
+                            .map(|(path, pem)| {
+                                crate::oci::signature::TrustedKey::unchecked(
+                                    path.display().to_string(),
+                                    pem.clone(),
+                                )
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            },
         }
     }
 }
@@ -444,7 +476,10 @@ impl ServeConfig {
             connections: reader.connections(raw.connections.as_ref())?,
             provisioner: reader.provisioner(raw.provisioner.as_ref())?,
             compile: reader.compile(raw.compile.as_ref())?,
-            registry: reader.registry(raw.registry.as_ref()),
+            registry: RegistryConfig {
+                verification: reader.verification(raw.verification.as_deref())?,
+                ..reader.registry(raw.registry.as_ref())
+            },
             on_unapplied: raw
                 .provisioner
                 .as_ref()
@@ -472,6 +507,10 @@ impl ServeConfig {
         files.extend(self.registry.config.iter().cloned());
         files.extend(self.registry.ca_files.iter().cloned());
         files.extend(self.registry.registry_ca_files.values().flatten().cloned());
+        // A key added or revoked takes effect on the next reload too.
+        for rule in &self.registry.verification {
+            files.extend(rule.keys.iter().map(|(path, _)| path.clone()));
+        }
         files.extend(self.inventory.iter().cloned());
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
             files.extend(f.iter().cloned());
@@ -630,7 +669,83 @@ impl Reader<'_> {
                 .collect(),
             plain_http: raw.plain_http.unwrap_or(false),
             require_digest: raw.require_digest.unwrap_or(false),
+            verification: Vec::new(),
         }
+    }
+
+    /// `verification:`: each rule's patterns checked, its keys read (and, with registry
+    /// support, parsed), at their field.
+    fn verification(
+        &self,
+        raw: Option<&[file::VerificationRule]>,
+    ) -> Result<Vec<VerificationRuleConfig>, ConfigError> {
+        let Some(rules) = raw else {
+            return Ok(Vec::new());
+        };
+        #[cfg(not(feature = "oci"))]
+        if !rules.is_empty() {
+            return Err(self.error(
+                "verification",
+                "this build of nicpolicy has no OCI registry support (feature oci)",
+            ));
+        }
+        if rules.is_empty() {
+            return Err(self.error(
+                "verification",
+                "the section is empty; give rules (references and keys), or leave it out to \
+                 not verify signatures",
+            ));
+        }
+        rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let at = format!("verification[{i}]");
+                if rule.references.is_empty() {
+                    return Err(self.error(
+                        &format!("{at}.references"),
+                        "name the repositories this rule is for (host/path/name, * for any run \
+                         of characters)",
+                    ));
+                }
+                for (j, pattern) in rule.references.iter().enumerate() {
+                    #[cfg(feature = "oci")]
+                    crate::oci::signature::check_pattern(pattern)
+                        .map_err(|why| self.error(&format!("{at}.references[{j}]"), why))?;
+                    #[cfg(not(feature = "oci"))]
+                    let _ = (j, pattern);
+                }
+                if rule.keys.is_empty() {
+                    return Err(self.error(
+                        &format!("{at}.keys"),
+                        "a rule needs at least one public key (a PEM file, as cosign.pub)",
+                    ));
+                }
+                let keys = rule
+                    .keys
+                    .iter()
+                    .enumerate()
+                    .map(|(j, path)| {
+                        let path = self.resolve(path);
+                        let field = format!("{at}.keys[{j}]");
+                        let pem = crate::files::read_at_most(&path, 64 * 1024).map_err(|err| {
+                            self.error(&field, format!("{}: {err}", path.display()))
+                        })?;
+                        #[cfg(feature = "oci")]
+                        crate::oci::signature::TrustedKey::from_pem(
+                            path.display().to_string(),
+                            pem.clone(),
+                        )
+                        .map_err(|err| self.error(&field, err))?;
+                        Ok((path, pem))
+                    })
+                    .collect::<Result<_, ConfigError>>()?;
+                Ok(VerificationRuleConfig {
+                    references: rule.references.clone(),
+                    keys,
+                })
+            })
+            .collect()
     }
 
     /// An `oci:` entry's source, at `at`.

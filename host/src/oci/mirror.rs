@@ -1,0 +1,200 @@
+//! Copying a policy module between registries (an air-gapped mirror) as it was written: the
+//! manifest's bytes, so the copy has the same digest and a pinned reference only changes its
+//! host, and the module's cosign signatures with it, which vouch for that digest and so check
+//! at the mirror as at the source.
+
+use oci_client::manifest::OciImageManifest;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+
+use super::signature::signature_reference;
+use super::{client, digest_of, parse_reference, pull, registry_error, OciError, Pulled};
+use super::{RegistryOptions, MANIFEST};
+
+/// A signature image's config or payload, or a policy's config, is small; a larger blob is
+/// not copied through memory.
+const MAX_SMALL_BLOB: i64 = 1 << 20;
+
+/// What [`copy`] did.
+#[derive(Debug)]
+pub struct Copied {
+    /// The module as pulled from the source (checked as `pull` checks it).
+    pub pulled: Pulled,
+    /// The copy's immutable reference (`host/repo@sha256:...`, the source's digest).
+    pub immutable: String,
+    /// How many signatures were copied with it.
+    pub signatures: usize,
+}
+
+/// One side of the copy.
+struct End<'a> {
+    reference: &'a str,
+    parsed: Reference,
+    client: Client,
+    auth: RegistryAuth,
+}
+
+impl<'a> End<'a> {
+    fn new(reference: &'a str, options: &RegistryOptions) -> Result<End<'a>, OciError> {
+        let parsed = parse_reference(reference)?;
+        let (client, auth) = client(reference, &parsed, options)?;
+        Ok(End {
+            reference,
+            parsed,
+            client,
+            auth,
+        })
+    }
+
+    /// The manifest at `at` as written, and its parsed form; `None` when there is none.
+    async fn manifest(
+        &self,
+        at: &Reference,
+        what: &'static str,
+    ) -> Result<Option<(Vec<u8>, OciImageManifest)>, OciError> {
+        match self
+            .client
+            .pull_manifest_raw(at, &self.auth, &[MANIFEST])
+            .await
+        {
+            Ok((bytes, _)) => {
+                let manifest = serde_json::from_slice(&bytes).map_err(|err| OciError::Layout {
+                    reference: self.reference.to_string(),
+                    why: format!("{what}: not an OCI image manifest: {err}"),
+                })?;
+                Ok(Some((bytes.to_vec(), manifest)))
+            }
+            Err(err) if super::signature::is_not_found(&err) => Ok(None),
+            Err(err) => Err(registry_error(self.reference, what)(err)),
+        }
+    }
+
+    async fn small_blob(
+        &self,
+        at: &Reference,
+        descriptor: &oci_client::manifest::OciDescriptor,
+    ) -> Result<Vec<u8>, OciError> {
+        if descriptor.size > MAX_SMALL_BLOB {
+            return Err(OciError::Layout {
+                reference: self.reference.to_string(),
+                why: format!(
+                    "blob {} is {} bytes; a config or signature is at most {MAX_SMALL_BLOB}",
+                    descriptor.digest, descriptor.size
+                ),
+            });
+        }
+        let mut bytes = Vec::new();
+        self.client
+            .pull_blob(at, descriptor, &mut bytes)
+            .await
+            .map_err(registry_error(self.reference, "reading a blob"))?;
+        let actual = digest_of(&bytes);
+        if actual != descriptor.digest {
+            return Err(OciError::Digest {
+                reference: self.reference.to_string(),
+                expected: descriptor.digest.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    async fn push_blob(
+        &self,
+        at: &Reference,
+        bytes: Vec<u8>,
+        digest: &str,
+    ) -> Result<(), OciError> {
+        self.client
+            .push_blob(at, bytes, digest)
+            .await
+            .map(|_| ())
+            .map_err(registry_error(self.reference, "pushing a blob"))
+    }
+
+    async fn push_manifest(&self, at: &Reference, bytes: Vec<u8>) -> Result<(), OciError> {
+        self.client
+            .push_manifest_raw(at, bytes, http::HeaderValue::from_static(MANIFEST))
+            .await
+            .map(|_| ())
+            .map_err(registry_error(self.reference, "pushing the manifest"))
+    }
+}
+
+/// Copies the module at `source` to `destination` (`host/repo:tag`) with its signatures.
+///
+/// # Errors
+/// [`OciError`] naming the side and the step that failed; the source is checked (layout, layer
+/// digest, Wasm, and signatures when `options` verifies them) before anything is written.
+pub async fn copy(
+    source: &str,
+    destination: &str,
+    options: &RegistryOptions,
+) -> Result<Copied, OciError> {
+    let pulled = pull(source, options).await?;
+    let digest = pulled
+        .immutable
+        .rsplit_once('@')
+        .map(|(_, digest)| digest.to_string())
+        .unwrap_or_default();
+    let from = End::new(source, options)?;
+    let to = End::new(destination, options)?;
+    let pinned = from.parsed.clone_with_digest(digest.clone());
+    let Some((manifest_bytes, manifest)) = from.manifest(&pinned, "reading the manifest").await?
+    else {
+        return Err(OciError::Layout {
+            reference: source.to_string(),
+            why: format!("the manifest {digest} went away while it was copied"),
+        });
+    };
+    if digest_of(&manifest_bytes) != digest {
+        return Err(OciError::Digest {
+            reference: source.to_string(),
+            expected: digest,
+            actual: digest_of(&manifest_bytes),
+        });
+    }
+    to.client
+        .auth(&to.parsed, &to.auth, RegistryOperation::Push)
+        .await
+        .map_err(registry_error(destination, "signing in"))?;
+    let config = from.small_blob(&pinned, &manifest.config).await?;
+    to.push_blob(&to.parsed, config, &manifest.config.digest)
+        .await?;
+    // The module's layer: the bytes pull checked against this manifest.
+    let layer = manifest
+        .layers
+        .first()
+        .map(|l| l.digest.clone())
+        .unwrap_or_default();
+    to.push_blob(&to.parsed, pulled.bytes.clone(), &layer)
+        .await?;
+    to.push_manifest(&to.parsed, manifest_bytes).await?;
+    let signatures = copy_signatures(&from, &to, &digest).await?;
+    let immutable = format!(
+        "{}/{}@{digest}",
+        to.parsed.resolve_registry(),
+        to.parsed.repository()
+    );
+    Ok(Copied {
+        pulled,
+        immutable,
+        signatures,
+    })
+}
+
+/// Copies the signature image of `digest`, if the source has one; answers how many signatures
+/// it holds.
+async fn copy_signatures(from: &End<'_>, to: &End<'_>, digest: &str) -> Result<usize, OciError> {
+    let at = signature_reference(&from.parsed, digest);
+    let Some((bytes, manifest)) = from.manifest(&at, "reading its signatures").await? else {
+        return Ok(0);
+    };
+    let target = signature_reference(&to.parsed, digest);
+    for descriptor in std::iter::once(&manifest.config).chain(&manifest.layers) {
+        let blob = from.small_blob(&at, descriptor).await?;
+        to.push_blob(&target, blob, &descriptor.digest).await?;
+    }
+    to.push_manifest(&target, bytes).await?;
+    Ok(manifest.layers.len())
+}
