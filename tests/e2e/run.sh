@@ -3,7 +3,7 @@
 # kube-apiserver and etcd.
 #
 #   tests/e2e/run.sh                 every suite
-#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller)
+#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller, registry)
 #   tests/e2e/run.sh admission -- invalid    one suite, tests whose name contains "invalid"
 #
 # Builds (or reuses) kube-apiserver, kubectl and etcd with tests/e2e/kube/build.sh, and the
@@ -21,7 +21,7 @@ while (($#)) && [[ "$1" != "--" ]]; do
   shift
 done
 if ((${#suites[@]} == 0)); then
-  suites=(--test admission --test lifecycle --test restarts --test deploy --test controller)
+  suites=(--test admission --test lifecycle --test restarts --test deploy --test controller --test registry)
 fi
 [[ "${1:-}" == "--" ]] && shift
 

@@ -10,6 +10,7 @@ pub mod fixtures;
 pub mod kubectl;
 pub mod pki;
 pub mod process;
+pub mod registry;
 pub mod webhook;
 
 pub use binaries::{binaries, workspace};
