@@ -650,3 +650,76 @@ fn a_registry_behind_basic_auth_takes_the_credentials_of_a_docker_config() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }
+
+#[test]
+fn a_module_that_cannot_be_had_at_start_stops_the_start_or_denies_only_its_kind() {
+    let registry = Registry::start("unavailable");
+    let dir = registry.dir.clone();
+    // Named by tag and never pushed yet: nothing in the store, nothing at the registry.
+    let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
+    let config = dir.join("nicpolicy.yaml");
+    let write = |mode: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "policies:\n  VCDMachine:\n    - oci: {tag}\n  VCDMachineTemplate:\n    - builtin: capvcd\n\
+                 registry: {{plainHttp: true{mode}}}\nreload: {{interval: 200ms}}\n"
+            ),
+        )
+        .expect("config");
+    };
+    let clusters = workspace().join("examples/cluster.yaml");
+    let review = |fixture: &str| {
+        nicpolicy(
+            &[
+                "review",
+                "--request",
+                &workspace()
+                    .join("tests/fixtures/admission")
+                    .join(fixture)
+                    .to_string_lossy(),
+                "--config",
+                &config.to_string_lossy(),
+                "--clusters",
+                &clusters.to_string_lossy(),
+            ],
+            &dir,
+        )
+    };
+    // The default: the start stops, naming the entry and the registry's answer.
+    write("");
+    let out = review("vcdmachinetemplate-create-worker.json");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("policies.VCDMachine[0]"),
+        "{}",
+        text(&out)
+    );
+    // Deny: the other kind is served; this kind is denied saying why; a deletion passes.
+    write(", onUnavailableAtStart: Deny");
+    let out = review("vcdmachinetemplate-create-worker.json");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // (review answers 3 for a denial the policy did not make, as for a policy failure)
+    let out = review("vcdmachine-create-worker.json");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("\"allowed\": false")
+            && said.contains("could not be had at start")
+            && said.contains("platform/capvcd:0.1.0"),
+        "{said}"
+    );
+    let out = review("vcdmachine-delete.json");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // Served: ready with the kind named, and whole once the module is pushed.
+    let serving = Serving::start(&dir, &config);
+    serving.until_ready("ok: generation 1 (unavailable: VCDMachine)", &dir);
+    let (path, _) = module(&dir);
+    let out = nicpolicy(
+        &["push", &path.to_string_lossy(), &tag, "--plain-http"],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    serving.until_ready("ok: generation 2", &dir);
+}

@@ -59,7 +59,7 @@ the emptyDir is root's with mode 0777, which the cache never trusts. */}}
 
 {{/* The registry section of a serve configuration (docs/registry.md). */}}
 {{- define "nicpolicy.registryConfig" -}}
-{{- $registry := dict "requireDigest" .Values.registry.requireDigest -}}
+{{- $registry := dict "requireDigest" .Values.registry.requireDigest "onUnavailableAtStart" .Values.registry.onUnavailableAtStart -}}
 {{- if .Values.registry.credentialsSecret -}}
 {{- $_ := set $registry "config" "/etc/nicpolicy-registry/config.json" -}}
 {{- end -}}

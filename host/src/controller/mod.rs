@@ -334,7 +334,7 @@ fn load(
     config: ServeConfig,
     which: &'static str,
 ) -> Result<Arc<ServedPolicies>, ControllerError> {
-    Served::load(host, config, 1)
+    Served::load_at_start(host, config)
         .map(ServedPolicies::new)
         .map_err(|error| ControllerError::Load {
             which,

@@ -22,7 +22,7 @@ use crate::error::LoadError;
 use crate::manifest::{self, ManifestError};
 use crate::spec::{ChainLoader, PolicySpec};
 use crate::{Host, PolicyChain};
-pub use config::{ConfigError, FailureMode, ServeConfig, UnknownClusterMode};
+pub use config::{ConfigError, FailureMode, ServeConfig, UnavailableAtStart, UnknownClusterMode};
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -57,16 +57,53 @@ pub struct Served {
     pub chains: BTreeMap<ObjectKind, PolicyChain>,
     /// The org VDC's networks, when configured.
     pub inventory: Option<Inventory>,
+    /// Kinds whose chain could not be loaded because an `oci:` module could not be had at
+    /// start (`registry.onUnavailableAtStart: Deny`), with why: their requests are denied
+    /// saying so, and the reload watcher tries again at every interval.
+    pub unavailable: BTreeMap<ObjectKind, String>,
     fingerprint: Fingerprint,
 }
 
 impl Served {
     /// Loads every policy of `config` (compiled or from the cache, ABI-checked, settings
     /// validated) and reads the inventory.
+    ///
+    /// # Errors
+    /// The first policy that cannot be loaded, or the inventory.
     pub fn load(
         host: &Host,
         config: ServeConfig,
         generation: u64,
+    ) -> Result<Served, ServeLoadError> {
+        Served::load_with(host, config, generation, Unavailable::Refused)
+    }
+
+    /// The first load of a server: as [`Served::load`], except that with
+    /// `registry.onUnavailableAtStart: Deny` a chain whose `oci:` module cannot be had leaves
+    /// its kind [`Served::unavailable`] instead of failing the start.
+    ///
+    /// # Errors
+    /// As for [`Served::load`].
+    pub fn load_at_start(host: &Host, config: ServeConfig) -> Result<Served, ServeLoadError> {
+        let tolerate =
+            if config.registry.on_unavailable_at_start == config::UnavailableAtStart::Deny {
+                Unavailable::Tolerated
+            } else {
+                Unavailable::Refused
+            };
+        Served::load_with(host, config, 1, tolerate)
+    }
+
+    /// Whether some kind is [`Served::unavailable`].
+    pub fn degraded(&self) -> bool {
+        !self.unavailable.is_empty()
+    }
+
+    fn load_with(
+        host: &Host,
+        config: ServeConfig,
+        generation: u64,
+        unavailable_modules: Unavailable,
     ) -> Result<Served, ServeLoadError> {
         // Taken first: a file changed during the load is seen as changed by the next check.
         let fingerprint = Fingerprint::of(&config.watched_files());
@@ -84,17 +121,46 @@ impl Served {
         let loader = loader.with_registry(config.registry.options());
         let mut loader = loader;
         let mut chains = BTreeMap::new();
+        let mut unavailable = BTreeMap::new();
         for (kind, entries) in &config.policies {
             let specs: Vec<PolicySpec> = entries.iter().map(|entry| entry.spec.clone()).collect();
-            let loaded = loader.load(&specs).map_err(|err| ServeLoadError::Policy {
-                config: config_label.clone(),
-                field: entries
-                    .get(err.index)
-                    .map(|entry| entry.field.clone())
-                    .unwrap_or_else(|| format!("policies.{}", kind.as_str())),
-                module: err.label,
-                error: err.error,
-            })?;
+            let loaded = match loader.load(&specs) {
+                Ok(loaded) => loaded,
+                Err(err) => {
+                    let registry = matches!(*err.error, LoadError::Registry(_));
+                    let error = ServeLoadError::Policy {
+                        config: config_label.clone(),
+                        field: entries
+                            .get(err.index)
+                            .map(|entry| entry.field.clone())
+                            .unwrap_or_else(|| format!("policies.{}", kind.as_str())),
+                        module: err.label,
+                        error: err.error,
+                    };
+                    // Only a module that could not be had from its registry: anything else
+                    // (settings, a pin, a module that is no policy) is the configuration's
+                    // fault and stops the load, as before.
+                    match unavailable_modules {
+                        Unavailable::Refused => return Err(error),
+                        _ if !registry => return Err(error),
+                        Unavailable::Tolerated => tracing::error!(
+                            generation,
+                            kind = kind.as_str(),
+                            error = %error,
+                            "a policy cannot be had from its registry: this kind is denied until \
+                             it can (tried again at every reload interval)"
+                        ),
+                        // Said at start; every retry would say it again.
+                        Unavailable::Retried => tracing::debug!(
+                            kind = kind.as_str(),
+                            error = %error,
+                            "the policy still cannot be had"
+                        ),
+                    }
+                    unavailable.insert(*kind, error.to_string());
+                    continue;
+                }
+            };
             // The loader puts each entry in its spec's mode.
             let chain = loaded.with_provisioner(config.provisioner.clone(), config.on_unapplied);
             // Where each module came from: a restart that compiles instead of loading from
@@ -122,6 +188,7 @@ impl Served {
             config,
             chains,
             inventory,
+            unavailable,
             fingerprint,
         })
     }
@@ -135,6 +202,17 @@ impl Served {
     pub fn on_unknown_cluster(&self) -> UnknownClusterMode {
         self.config.on_unknown_cluster
     }
+}
+
+/// How a load treats a chain whose `oci:` module cannot be had.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unavailable {
+    /// The load fails.
+    Refused,
+    /// The kind is left unavailable, logged as an error (the start).
+    Tolerated,
+    /// The kind is left unavailable quietly (a retry of a degraded snapshot).
+    Retried,
 }
 
 /// Contents digests of the files a configuration depends on.
@@ -213,6 +291,11 @@ impl ServedPolicies {
     ) -> Result<bool, ServeLoadError> {
         let current = self.get();
         let now = Fingerprint::of(&current.config.watched_files());
+        // A snapshot that started without some kind's module tries again at every check, the
+        // same files included, and keeps the kinds it has while the module cannot be had.
+        if current.degraded() {
+            return self.retry_unavailable(host, observer, state, &current, now);
+        }
         // A refused set of files is tried again only once they change again.
         if now == current.fingerprint || state.refused.as_ref() == Some(&now) {
             return Ok(false);
@@ -239,6 +322,47 @@ impl ServedPolicies {
             Err(err) => {
                 state.refused = Some(now);
                 observer.reloaded(false);
+                tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
+                Err(err)
+            }
+        }
+    }
+
+    /// [`ServedPolicies::reload_if_changed`] for a degraded snapshot: loads the configuration
+    /// again, as at start, and swaps it in when its files changed or fewer kinds are
+    /// unavailable.
+    fn retry_unavailable(
+        &self,
+        host: &Host,
+        observer: &dyn ReloadObserver,
+        state: &mut ReloadState,
+        current: &Served,
+        now: Fingerprint,
+    ) -> Result<bool, ServeLoadError> {
+        let changed = now != current.fingerprint;
+        let result = match &current.config.path {
+            Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
+            None => Ok(current.config.clone()),
+        }
+        .and_then(|mut config| {
+            config.override_with(current.config.overrides.clone());
+            Served::load_with(host, config, current.generation + 1, Unavailable::Retried)
+        });
+        match result {
+            Ok(served) if changed || served.unavailable.len() < current.unavailable.len() => {
+                let generation = served.generation;
+                let still = served.unavailable.len();
+                self.swap(served);
+                state.refused = None;
+                observer.reloaded(true);
+                tracing::info!(generation, unavailable = still, "configuration reloaded");
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(err) => {
+                if changed {
+                    observer.reloaded(false);
+                }
                 tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
                 Err(err)
             }

@@ -6,7 +6,7 @@
 //! | `nicpolicy_evaluation_duration_seconds` | `kind`, `policy` | histogram of one policy's evaluation (instantiation included) |
 //! | `nicpolicy_policy_failures_total` | `policy`, `error`, `mode` | run-time failures by kind: `timeout`, `trap`, `memory`, `bad_output`, ...; `mode` `warn` for a warn-mode policy (it denied nothing) |
 //! | `nicpolicy_warned_violations_total` | `kind`, `policy`, `reason` | violations of warn-mode policies: admitted with a warning, enforcing would deny |
-//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`, `read_timeout` (the body did not arrive within `connections.readTimeout`), `buffers_full` (no room in `connections.maxBufferedBytes` within it); and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
+//! | `nicpolicy_requests_rejected_total` | `reason` | requests answered without evaluation: `malformed`, `too_large`, `wrong_kind`, `busy`, `not_served`, `unavailable` (the kind's `oci:` module could not be had at start), `read_timeout` (the body did not arrive within `connections.readTimeout`), `buffers_full` (no room in `connections.maxBufferedBytes` within it); and `unknown_cluster` (with `CheckWithoutCluster`, evaluated without the cluster) |
 //! | `nicpolicy_policy_reloads_total` | `result` | configuration reloads: `success` or `failure` |
 //! | `nicpolicy_policy_load_failures_total` | | policy (re)loads refused: the old policies kept serving |
 //! | `nicpolicy_tls_reloads_total` | `result` | certificate reloads |

@@ -132,6 +132,27 @@ impl Reviewer {
         {
             return Err(allow(request, None, Vec::new(), served));
         }
+        if let Some(why) = served.unavailable.get(&kind) {
+            let message = format!(
+                "the policy for {} could not be had at start, and is tried again at every reload \
+                 interval: {why}",
+                kind.as_str()
+            );
+            self.reject("unavailable", &message);
+            // Never admitted unchecked; a deletion still finishes.
+            return Err(failure_answer(
+                request,
+                if deleting(request) {
+                    FailureMode::Allow
+                } else {
+                    FailureMode::Deny
+                },
+                503,
+                "ServiceUnavailable",
+                &message,
+                served,
+            ));
+        }
         if !served.chains.contains_key(&kind) {
             let config = served
                 .config

@@ -48,7 +48,9 @@ pub struct App {
 
 impl App {
     /// Loads the configuration's policies (refusing to start on any error: a bad module, a
-    /// pin mismatch, refused settings, an unreadable inventory) over `clusters`.
+    /// pin mismatch, refused settings, an unreadable inventory; a module that cannot be had
+    /// from its registry too, unless `registry.onUnavailableAtStart` is `Deny`) over
+    /// `clusters`.
     pub fn new(
         host: Host,
         config: ServeConfig,
@@ -58,7 +60,7 @@ impl App {
         let queue_timeout = config.queue_timeout;
         let max_body = config.max_request_bytes;
         let connections = config.connections;
-        let served = Served::load(&host, config, 1)?;
+        let served = Served::load_at_start(&host, config)?;
         let metrics = Arc::new(Metrics::new());
         let reviewer = Arc::new(Reviewer::new(
             ServedPolicies::new(served),
@@ -410,10 +412,18 @@ impl crate::probes::Probed for App {
         if !self.reviewer.clusters().ready() {
             return Err("cluster cache not synced yet".into());
         }
-        Ok(format!(
-            "ok: generation {}",
-            self.reviewer.policies().get().generation
-        ))
+        let served = self.reviewer.policies().get();
+        if served.degraded() {
+            // Ready: the other kinds are served, and the unavailable one is answered (denied,
+            // saying why) rather than left to kube-apiserver's failurePolicy.
+            let kinds: Vec<&str> = served.unavailable.keys().map(|k| k.as_str()).collect();
+            return Ok(format!(
+                "ok: generation {} (unavailable: {})",
+                served.generation,
+                kinds.join(", ")
+            ));
+        }
+        Ok(format!("ok: generation {}", served.generation))
     }
 
     fn metrics(&self) -> String {

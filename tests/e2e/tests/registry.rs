@@ -49,10 +49,10 @@ async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_r
     edit_config(
         &dir,
         "nicpolicy.yaml",
-        "registry:\n  requireDigest: true\n",
+        "registry:\n",
         &format!(
-            "registry:\n  requireDigest: true\n  plainHttp: true\n\
-             verification:\n  - references: [\"{}/platform/*\"]\n    keys: [platform.pub]\n",
+            "verification:\n  - references: [\"{}/platform/*\"]\n    keys: [platform.pub]\n\
+             registry:\n  plainHttp: true\n",
             registry.host()
         ),
     );

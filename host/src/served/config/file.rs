@@ -8,7 +8,7 @@ use nicpolicy_plugin::provisioner::{OnUnapplied, PlanField};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{FailureMode, UnknownClusterMode};
+use super::{FailureMode, UnavailableAtStart, UnknownClusterMode};
 use crate::mode::Mode;
 
 #[derive(Deserialize)]
@@ -50,6 +50,7 @@ pub struct Registry {
     pub registry_ca_files: Option<BTreeMap<String, Vec<PathBuf>>>,
     pub plain_http: Option<bool>,
     pub require_digest: Option<bool>,
+    pub on_unavailable_at_start: Option<UnavailableAtStart>,
 }
 
 #[derive(Deserialize, Default)]

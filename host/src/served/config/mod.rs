@@ -153,6 +153,20 @@ pub enum FailureMode {
     Allow,
 }
 
+/// `registry.onUnavailableAtStart`: what to do when an `oci:` module can be neither read from
+/// the store nor pulled (nor verified) while the server starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum UnavailableAtStart {
+    /// Do not start, as for a missing module file (the default): a Deployment's rollout stops
+    /// at the new pod and the running pods keep serving.
+    #[default]
+    Exit,
+    /// Start with the kinds whose chains loaded; requests of a kind whose module could not be
+    /// had are denied saying why (deletions pass), and the module is tried again at every
+    /// reload interval until it loads.
+    Deny,
+}
+
 /// What to answer for a machine whose VCDCluster cannot be found: it names no cluster (a
 /// VCDMachineTemplate as `clusterctl generate cluster` writes it), or one that does not exist yet
 /// (`kubectl apply` creates a manifest's objects in file order).
@@ -267,6 +281,9 @@ pub struct RegistryConfig {
     pub plain_http: bool,
     /// `requireDigest`: refuse `oci:` references by tag.
     pub require_digest: bool,
+    /// `onUnavailableAtStart`: a module that cannot be had at start stops the start, or
+    /// denies its kind.
+    pub on_unavailable_at_start: UnavailableAtStart,
     /// `verification:` (a section of its own in the file): the keys `oci:` modules must be
     /// signed with, per repository pattern; empty, signatures are not checked.
     pub verification: Vec<VerificationRuleConfig>,
@@ -669,6 +686,7 @@ impl Reader<'_> {
                 .collect(),
             plain_http: raw.plain_http.unwrap_or(false),
             require_digest: raw.require_digest.unwrap_or(false),
+            on_unavailable_at_start: raw.on_unavailable_at_start.unwrap_or_default(),
             verification: Vec::new(),
         }
     }
