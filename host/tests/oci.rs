@@ -7,7 +7,10 @@ mod registry;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use registry::{digest, module, nicpolicy, text, workspace, Pushed, Registry, Serving};
+use registry::{
+    digest, eval_by_reference, module, nicpolicy, push_second, review, text, workspace, Pushed,
+    Registry, Serving,
+};
 use sha2::{Digest, Sha256};
 
 #[test]
@@ -210,21 +213,7 @@ fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_regist
     let cluster = workspace().join("examples/cluster.yaml");
     let machine = workspace().join("examples/invalid-machine.yaml");
     let eval = |reference: &str| {
-        nicpolicy(
-            &[
-                "eval",
-                "--cluster",
-                &cluster.to_string_lossy(),
-                "--machine",
-                &machine.to_string_lossy(),
-                "--policy",
-                &format!("oci://{reference}"),
-                "--plain-http",
-                "-o",
-                "json",
-            ],
-            &dir,
-        )
+        eval_by_reference(&dir, "invalid-machine.yaml", reference, &["-o", "json"])
     };
     let builtin = nicpolicy(
         &[
@@ -322,20 +311,7 @@ fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     let by_digest = write("by-digest.yaml", &immutable);
     let request = workspace().join("tests/fixtures/admission/vcdmachine-create-invalid.json");
     let clusters = workspace().join("examples/cluster.yaml");
-    let review = |config: &Path| {
-        nicpolicy(
-            &[
-                "review",
-                "--request",
-                &request.to_string_lossy(),
-                "--config",
-                &config.to_string_lossy(),
-                "--clusters",
-                &clusters.to_string_lossy(),
-            ],
-            &dir,
-        )
-    };
+    let review = |config: &Path| review(&dir, config, "vcdmachine-create-invalid.json");
     let builtin = nicpolicy(
         &[
             "review",
@@ -374,23 +350,7 @@ fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
         ..
     } = Pushed::new("reload");
     // A second module under another tag: the role-based policy.
-    let second = dir.join("role-based.wasm");
-    let out = nicpolicy(
-        &["export", "role-based", "-o", &second.to_string_lossy()],
-        &dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let out = nicpolicy(
-        &[
-            "push",
-            &second.to_string_lossy(),
-            &format!("{}/platform/role-based:0.1.0", registry.host()),
-            "--plain-http",
-        ],
-        &dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let role_based = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let role_based = push_second(&registry, &dir);
 
     let config = dir.join("nicpolicy.yaml");
     let write = |reference: &str| {
@@ -634,20 +594,7 @@ fn a_registry_behind_basic_auth_takes_the_credentials_of_a_docker_config() {
         ),
     )
     .expect("config");
-    let request = workspace().join("tests/fixtures/admission/vcdmachine-create-invalid.json");
-    let clusters = workspace().join("examples/cluster.yaml");
-    let out = nicpolicy(
-        &[
-            "review",
-            "--request",
-            &request.to_string_lossy(),
-            "--config",
-            &config.to_string_lossy(),
-            "--clusters",
-            &clusters.to_string_lossy(),
-        ],
-        &dir,
-    );
+    let out = review(&dir, &config, "vcdmachine-create-invalid.json");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }
 
@@ -668,24 +615,7 @@ fn a_module_that_cannot_be_had_at_start_stops_the_start_or_denies_only_its_kind(
         )
         .expect("config");
     };
-    let clusters = workspace().join("examples/cluster.yaml");
-    let review = |fixture: &str| {
-        nicpolicy(
-            &[
-                "review",
-                "--request",
-                &workspace()
-                    .join("tests/fixtures/admission")
-                    .join(fixture)
-                    .to_string_lossy(),
-                "--config",
-                &config.to_string_lossy(),
-                "--clusters",
-                &clusters.to_string_lossy(),
-            ],
-            &dir,
-        )
-    };
+    let review = |fixture: &str| review(&dir, &config, fixture);
     // The default: the start stops, naming the entry and the registry's answer.
     write("");
     let out = review("vcdmachinetemplate-create-worker.json");

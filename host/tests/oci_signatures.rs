@@ -9,7 +9,10 @@ mod registry;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use registry::{nicpolicy, nicpolicy_with, text, workspace, Pushed, Registry, Serving};
+use registry::{
+    eval_by_reference, nicpolicy, nicpolicy_with, push_second, review, text, Pushed, Registry,
+    Serving,
+};
 
 const PASSWORD: &str = "correct horse battery staple";
 
@@ -54,27 +57,6 @@ fn verify(reference: &str, key: &Path, dir: &Path) -> std::process::Output {
         ],
         dir,
     )
-}
-
-/// The role-based module pushed beside the CAPVCD one, unsigned; its immutable reference.
-fn push_second(registry: &Registry, dir: &Path) -> String {
-    let second = dir.join("role-based.wasm");
-    let out = nicpolicy(
-        &["export", "role-based", "-o", &second.to_string_lossy()],
-        dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let out = nicpolicy(
-        &[
-            "push",
-            &second.to_string_lossy(),
-            &format!("{}/platform/role-based:0.1.0", registry.host()),
-            "--plain-http",
-        ],
-        dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
@@ -219,24 +201,9 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
     );
 
     // --verify-key on eval: the signed module runs, the unsigned one is refused before use.
-    let cluster = workspace().join("examples/cluster.yaml");
-    let machine = workspace().join("examples/machine.yaml");
+    let key = site_pub.to_string_lossy();
     let eval = |reference: &str| {
-        nicpolicy(
-            &[
-                "eval",
-                "--cluster",
-                &cluster.to_string_lossy(),
-                "--machine",
-                &machine.to_string_lossy(),
-                "--policy",
-                &format!("oci://{reference}"),
-                "--plain-http",
-                "--verify-key",
-                &site_pub.to_string_lossy(),
-            ],
-            &dir,
-        )
+        eval_by_reference(&dir, "machine.yaml", reference, &["--verify-key", &key])
     };
     let out = eval(&tag);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -349,22 +316,7 @@ fn the_webhook_configuration_refuses_unsigned_modules_and_verifies_its_store_in_
         std::fs::rename(&next, &config).expect("swap");
     };
     let platform = format!("{}/platform/*", registry.host());
-    let request = workspace().join("tests/fixtures/admission/vcdmachine-create-invalid.json");
-    let clusters = workspace().join("examples/cluster.yaml");
-    let review = || {
-        nicpolicy(
-            &[
-                "review",
-                "--request",
-                &request.to_string_lossy(),
-                "--config",
-                &config.to_string_lossy(),
-                "--clusters",
-                &clusters.to_string_lossy(),
-            ],
-            &dir,
-        )
-    };
+    let review = || review(&dir, &config, "vcdmachine-create-invalid.json");
     let refused = |out: &std::process::Output, words: &[&str]| {
         assert_eq!(out.status.code(), Some(2), "{}", text(out));
         let said = String::from_utf8_lossy(&out.stderr);

@@ -132,38 +132,37 @@ impl Reviewer {
         {
             return Err(allow(request, None, Vec::new(), served));
         }
-        if let Some(why) = served.unavailable.get(&kind) {
-            let message = format!(
-                "the policy for {} could not be had at start, and is tried again at every reload \
-                 interval: {why}",
-                kind.as_str()
-            );
-            self.reject("unavailable", &message);
-            // Never admitted unchecked; a deletion still finishes.
-            return Err(failure_answer(
-                request,
-                if deleting(request) {
-                    FailureMode::Allow
-                } else {
-                    FailureMode::Deny
-                },
+        let unserved = match served.unavailable.get(&kind) {
+            Some(why) => Some((
+                "unavailable",
                 503,
                 "ServiceUnavailable",
-                &message,
-                served,
-            ));
-        }
-        if !served.chains.contains_key(&kind) {
-            let config = served
-                .config
-                .path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            let message = format!("no policy is configured for {} in {config}", kind.as_str());
-            self.reject("not_served", &message);
-            // A kind the webhook is registered for but serves no chain is never admitted
-            // unchecked (the configuration is at fault, not the policy); a deletion still
+                format!(
+                    "the policy for {} could not be had at start, and is tried again at every \
+                     reload interval: {why}",
+                    kind.as_str()
+                ),
+            )),
+            None if !served.chains.contains_key(&kind) => {
+                let config = served
+                    .config
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                Some((
+                    "not_served",
+                    500,
+                    "InternalError",
+                    format!("no policy is configured for {} in {config}", kind.as_str()),
+                ))
+            }
+            None => None,
+        };
+        if let Some((reason, code, status, message)) = unserved {
+            self.reject(reason, &message);
+            // A kind the webhook is registered for but has no chain for (none configured, or
+            // its module could not be had) is never admitted unchecked; a deletion still
             // finishes.
             return Err(failure_answer(
                 request,
@@ -172,8 +171,8 @@ impl Reviewer {
                 } else {
                     FailureMode::Deny
                 },
-                500,
-                "InternalError",
+                code,
+                status,
                 &message,
                 served,
             ));

@@ -187,6 +187,44 @@ pub fn nicpolicy_with(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output
         .expect("nicpolicy runs")
 }
 
+/// `nicpolicy review` of the admission request `fixture` (in tests/fixtures/admission) with the
+/// webhook configuration `config` and the clusters of examples/cluster.yaml.
+pub fn review(dir: &Path, config: &Path, fixture: &str) -> Output {
+    let request = workspace().join("tests/fixtures/admission").join(fixture);
+    let clusters = workspace().join("examples/cluster.yaml");
+    nicpolicy(
+        &[
+            "review",
+            "--request",
+            &request.to_string_lossy(),
+            "--config",
+            &config.to_string_lossy(),
+            "--clusters",
+            &clusters.to_string_lossy(),
+        ],
+        dir,
+    )
+}
+
+/// `nicpolicy eval` of examples/`machine` in examples/cluster.yaml with the policy
+/// `oci://reference` over plain HTTP, and `extra` arguments.
+pub fn eval_by_reference(dir: &Path, machine: &str, reference: &str, extra: &[&str]) -> Output {
+    let cluster = workspace().join("examples/cluster.yaml");
+    let machine = workspace().join("examples").join(machine);
+    let mut args = vec![
+        "eval".to_string(),
+        "--cluster".to_string(),
+        cluster.to_string_lossy().into_owned(),
+        "--machine".to_string(),
+        machine.to_string_lossy().into_owned(),
+        "--policy".to_string(),
+        format!("oci://{reference}"),
+        "--plain-http".to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    nicpolicy(&args.iter().map(String::as_str).collect::<Vec<_>>(), dir)
+}
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -241,6 +279,27 @@ impl Pushed {
             immutable,
         }
     }
+}
+
+/// The role-based module pushed beside the CAPVCD one, unsigned; its immutable reference.
+pub fn push_second(registry: &Registry, dir: &Path) -> String {
+    let second = dir.join("role-based.wasm");
+    let out = nicpolicy(
+        &["export", "role-based", "-o", &second.to_string_lossy()],
+        dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = nicpolicy(
+        &[
+            "push",
+            &second.to_string_lossy(),
+            &format!("{}/platform/role-based:0.1.0", registry.host()),
+            "--plain-http",
+        ],
+        dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// `nicpolicy serve` on loopback with a self-signed certificate, killed when dropped.
