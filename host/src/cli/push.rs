@@ -41,7 +41,7 @@ pub fn run(args: PushArgs) -> Result<u8, Failure> {
         bytes.len(),
         info.sha256
     );
-    let options = args.registry.options()?;
+    let options = args.registry.write_options("push")?;
     let immutable =
         nicpolicy::oci::blocking(|| nicpolicy::oci::push(&bytes, &info, reference, &options))
             .map_err(failure)?;

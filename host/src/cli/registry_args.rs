@@ -32,6 +32,21 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
+    /// The options of a command that writes to a registry (`push`, `sign`): `--verify-key`,
+    /// which checks what is pulled, is refused rather than ignored.
+    ///
+    /// # Errors
+    /// `--verify-key` given (usage).
+    pub fn write_options(&self, command: &str) -> Result<RegistryOptions, Failure> {
+        if !self.verify_key.is_empty() {
+            return Err(usage(anyhow::anyhow!(
+                "--verify-key checks modules that are pulled; `{command}` pulls none (`nicpolicy \
+                 verify REF --key FILE` checks a module's signatures)"
+            )));
+        }
+        self.options()
+    }
+
     /// The library's options, with the `--verify-key` keys read.
     ///
     /// # Errors

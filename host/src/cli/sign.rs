@@ -34,7 +34,7 @@ pub fn run_sign(args: SignArgs) -> Result<u8, Failure> {
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let password = std::env::var(PASSWORD).unwrap_or_default();
     let key = SigningKey::read(&args.key, password.as_bytes()).map_err(failure)?;
-    let options = args.registry.options()?;
+    let options = args.registry.write_options("sign")?;
     let signed =
         nicpolicy::oci::blocking(|| nicpolicy::oci::signature::sign(reference, &key, &options))
             .map_err(failure)?;

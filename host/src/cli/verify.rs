@@ -25,13 +25,19 @@ pub struct VerifyArgs {
 pub fn run(args: VerifyArgs) -> Result<u8, Failure> {
     let reference = without_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
-    let keys = args
+    let mut keys = args
         .key
         .iter()
         .map(|path| TrustedKey::read(path))
         .collect::<Result<Vec<_>, _>>()
         .map_err(failure)?;
     let mut options = args.registry.options()?;
+    // --verify-key, as on the other commands, adds its keys to --key's.
+    keys.extend(
+        std::mem::take(&mut options.verification.rules)
+            .into_iter()
+            .flat_map(|rule| rule.keys),
+    );
     options.verification = Verification::every_repository(keys);
     match nicpolicy::oci::blocking(|| nicpolicy::oci::pull(reference, &options)) {
         Ok(pulled) => {

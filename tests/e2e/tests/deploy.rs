@@ -250,6 +250,33 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
         &registry_arg,
     ]);
     assert!(dry_run.success, "{}", dry_run.stderr);
+    // The component mounts the credentials in the controller's pod too, when an overlay has both.
+    let both = clone.join("registry-both");
+    std::fs::create_dir_all(&both).expect("overlay directory");
+    std::fs::write(
+        both.join("kustomization.yaml"),
+        "resources: [../config, ../config/controller]\ncomponents: [../config/registry]\n",
+    )
+    .expect("overlay");
+    let both_arg = both.to_string_lossy().into_owned();
+    let rendered = kubectl.run(&["kustomize", &both_arg]);
+    assert!(rendered.success, "{}", rendered.stderr);
+    let mounted: Vec<String> = serde_yaml_ng::Deserializer::from_str(&rendered.stdout)
+        .filter_map(|document| serde::Deserialize::deserialize(document).ok())
+        .filter(|o: &Value| o["kind"] == "Deployment")
+        .filter(|o| {
+            o["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .is_some_and(|m| {
+                    m.iter().any(|m| {
+                        m["name"] == "registry-credentials"
+                            && m["mountPath"] == "/etc/nicpolicy-registry"
+                    })
+                })
+        })
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(mounted, ["nicpolicy-webhook", "nicpolicy-controller"]);
     // The verification key is a file of the same ConfigMap, beside the configuration.
     let keys = config["verification"][0]["keys"][0].as_str().unwrap_or("");
     assert!(
