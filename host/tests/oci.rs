@@ -199,6 +199,27 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
         &dir,
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // --verify-key checks what is pulled: where nothing is, it is refused, not ignored.
+    let (module, _) = module(&dir);
+    std::fs::write(dir.join("site.pub"), "").expect("write");
+    let out = nicpolicy(
+        &[
+            "push",
+            &module.to_string_lossy(),
+            "127.0.0.1:1/p/x:1",
+            "--plain-http",
+            "--verify-key",
+            "site.pub",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--verify-key checks modules that are pulled"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

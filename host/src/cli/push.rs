@@ -35,13 +35,13 @@ pub fn run(args: PushArgs) -> Result<u8, Failure> {
         .map_err(usage)?;
     let reference = without_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
+    let options = args.registry.write_options("push")?;
     eprintln!(
         "pushing {} ({} bytes, sha256 {}) to {reference}",
         args.file.display(),
         bytes.len(),
         info.sha256
     );
-    let options = args.registry.write_options("push")?;
     let immutable =
         nicpolicy::oci::blocking(|| nicpolicy::oci::push(&bytes, &info, reference, &options))
             .map_err(failure)?;

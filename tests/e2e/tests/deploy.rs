@@ -261,7 +261,7 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
     let both_arg = both.to_string_lossy().into_owned();
     let rendered = kubectl.run(&["kustomize", &both_arg]);
     assert!(rendered.success, "{}", rendered.stderr);
-    let mounted: Vec<String> = serde_yaml_ng::Deserializer::from_str(&rendered.stdout)
+    let mut mounted: Vec<String> = serde_yaml_ng::Deserializer::from_str(&rendered.stdout)
         .filter_map(|document| serde::Deserialize::deserialize(document).ok())
         .filter(|o: &Value| o["kind"] == "Deployment")
         .filter(|o| {
@@ -276,7 +276,8 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
         })
         .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
         .collect();
-    assert_eq!(mounted, ["nicpolicy-webhook", "nicpolicy-controller"]);
+    mounted.sort();
+    assert_eq!(mounted, ["nicpolicy-controller", "nicpolicy-webhook"]);
     // The verification key is a file of the same ConfigMap, beside the configuration.
     let keys = config["verification"][0]["keys"][0].as_str().unwrap_or("");
     assert!(
