@@ -70,6 +70,8 @@ NICPOLICY_BIN="$nicpolicy" tests/guest/run.sh
 # in its own root as the pod's user, with the Deployment's module cache.
 tests/image/run.sh
 
+NICPOLICY_BIN="$nicpolicy" tests/cosign/run.sh
+
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
 # modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
 tests/e2e/run.sh
