@@ -54,8 +54,9 @@ enum Command {
     /// Pull a policy module from an OCI registry (Kubewarden's or the CNCF Wasm layout),
     /// check it and write it to a file.
     Pull(cli::pull::PullArgs),
-    /// Copy a policy module from one registry to another (an air-gapped mirror), checked on the
-    /// way, and print the copy's immutable reference.
+    /// Copy a policy module from one registry to another (an air-gapped mirror) with its
+    /// manifest digest and signatures, checked on the way, and print the copy's immutable
+    /// reference.
     Copy(cli::copy::CopyArgs),
     /// Sign a policy module in a registry with a cosign key pair (the signature goes beside it,
     /// where `cosign verify --key` and the webhook's verification read it).

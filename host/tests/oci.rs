@@ -270,6 +270,23 @@ fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_regist
         assert_eq!(mode & 0o777, 0o700);
     }
 
+    // bench pulls with the command's registry options too.
+    let case = workspace().join("tests/cases/capvcd");
+    let out = nicpolicy(
+        &[
+            "bench",
+            &case.to_string_lossy(),
+            "--policy",
+            &format!("oci://{tag}"),
+            "--plain-http",
+            "--iterations",
+            "1",
+            "-o",
+            "json",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
     // inspect takes a reference too.
     let out = nicpolicy(&["inspect", &format!("oci://{tag}"), "--plain-http"], &dir);
     assert!(out.status.success(), "{}", text(&out));

@@ -151,14 +151,22 @@ fn bench_all(
         .unwrap_or(0);
     let uncached = host(None, memory)?;
     let cached = host(Some(cache_dir.to_path_buf()), memory)?;
+    // oci:// policies are pulled with the command's registry options, as `eval` pulls them.
+    let registry = args.policy.registry.options()?;
+    let load = |host: &Host, one: &[PolicySpec]| {
+        nicpolicy::spec::ChainLoader::new(host)
+            .with_registry(registry.clone())
+            .load(one)
+            .map_err(usage)
+    };
     let progress = std::io::stderr().is_terminal();
     let mut benches = Vec::new();
     for (index, spec) in specs.iter().enumerate() {
         let one = std::slice::from_ref(spec);
-        let compiled = uncached.load_chain(one).map_err(usage)?;
+        let compiled = load(&uncached, one)?;
         // The first cached load stores the module, the second reads it back.
-        cached.load_chain(one).map_err(usage)?;
-        let from_cache = cached.load_chain(one).map_err(usage)?;
+        load(&cached, one)?;
+        let from_cache = load(&cached, one)?;
         let (Some(policy), Some(cached_policy)) =
             (compiled.policies().first(), from_cache.policies().first())
         else {

@@ -47,7 +47,7 @@ pub struct PolicyArgs {
     #[arg(long)]
     no_cache: bool,
     #[command(flatten)]
-    registry: super::registry_args::RegistryArgs,
+    pub registry: super::registry_args::RegistryArgs,
 }
 
 impl PolicyArgs {
