@@ -169,7 +169,7 @@ impl Verification {
         self.rules.iter().find(|rule| {
             rule.references
                 .iter()
-                .any(|pattern| matches(pattern, repository))
+                .any(|pattern| pattern_matches(pattern, repository))
         })
     }
 
@@ -256,7 +256,7 @@ impl Verification {
 }
 
 /// Whether `repository` matches `pattern`, where `*` stands for any run of characters.
-fn matches(pattern: &str, repository: &str) -> bool {
+fn pattern_matches(pattern: &str, repository: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = repository.strip_prefix(first) else {
@@ -648,13 +648,25 @@ mod tests {
 
     #[test]
     fn patterns_match_repositories() {
-        assert!(matches("*", REPOSITORY));
-        assert!(matches("registry.example.net/platform/*", REPOSITORY));
-        assert!(matches("registry.example.net/*/dmz-guard", REPOSITORY));
-        assert!(matches(REPOSITORY, REPOSITORY));
-        assert!(!matches("registry.example.net/platform", REPOSITORY));
-        assert!(!matches("registry.example.net/storage/*", REPOSITORY));
-        assert!(!matches("*/storage-guard", REPOSITORY));
+        assert!(pattern_matches("*", REPOSITORY));
+        assert!(pattern_matches(
+            "registry.example.net/platform/*",
+            REPOSITORY
+        ));
+        assert!(pattern_matches(
+            "registry.example.net/*/dmz-guard",
+            REPOSITORY
+        ));
+        assert!(pattern_matches(REPOSITORY, REPOSITORY));
+        assert!(!pattern_matches(
+            "registry.example.net/platform",
+            REPOSITORY
+        ));
+        assert!(!pattern_matches(
+            "registry.example.net/storage/*",
+            REPOSITORY
+        ));
+        assert!(!pattern_matches("*/storage-guard", REPOSITORY));
         assert!(check_pattern("127.0.0.1:5000/platform/*").is_ok());
         assert!(check_pattern("registry.example.net/platform/dmz-guard:1.2").is_err());
         assert!(check_pattern("registry.example.net/platform/dmz-guard@sha256:11").is_err());
