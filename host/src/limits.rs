@@ -8,6 +8,10 @@ use std::time::Duration;
 /// policies are far smaller: the built-in CAPVCD module is a few hundred KiB.
 pub const MAX_MODULE_BYTES: usize = 8 << 20;
 
+/// Largest public or private key file read (a PEM key is a few hundred bytes): a file named as a
+/// key that is anything else is refused before it fills memory.
+pub const MAX_KEY_BYTES: u64 = 64 * 1024;
+
 /// Bounds on the code of a policy module, checked before it is compiled (see
 /// [`CodeShape::check`](crate::inspect::CodeShape::check)). A compile's memory grows with the
 /// number of functions (every compiled function is kept until the module is linked) and with

@@ -5,7 +5,6 @@
 mod registry;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use registry::{
     digest, eval_by_reference, module, nicpolicy, push_second, review, text, workspace, Pushed,
@@ -426,9 +425,8 @@ fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
         registry.host(),
         "0".repeat(64)
     ));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let failures = serving
+    Serving::eventually(&dir, "a load failure counted", || {
+        serving
             .get("/metrics")
             .and_then(|text| {
                 text.lines()
@@ -436,17 +434,8 @@ fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
                     .and_then(|l| l.split_whitespace().last())
                     .and_then(|n| n.parse::<f64>().ok())
             })
-            .unwrap_or(0.0);
-        if failures >= 1.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no load failure counted\n{}",
-            Serving::log(&dir)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+            .is_some_and(|failures| failures >= 1.0)
+    });
     serving.until_ready("ok: generation 2", &dir);
 }
 

@@ -7,7 +7,6 @@
 mod registry;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use registry::{
     eval_by_reference, nicpolicy, nicpolicy_with, push_second, review, text, Pushed, Registry,
@@ -366,15 +365,9 @@ fn the_webhook_configuration_refuses_unsigned_modules_and_verifies_its_store_in_
     serving.until_ready("ok: generation 1", &dir);
     let second = push_second(&registry, &dir);
     write(&second, &platform, &site_pub);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Serving::log(&dir).contains("not signed") {
-        assert!(
-            Instant::now() < deadline,
-            "the unsigned module was not refused\n{}",
-            Serving::log(&dir)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Serving::eventually(&dir, "the unsigned module refused", || {
+        Serving::log(&dir).contains("not signed")
+    });
     serving.until_ready("ok: generation 1", &dir);
     drop(serving);
 

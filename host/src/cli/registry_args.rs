@@ -52,12 +52,7 @@ impl RegistryArgs {
     /// # Errors
     /// A key file that cannot be read or is not a public key (usage).
     pub fn options(&self) -> Result<RegistryOptions, Failure> {
-        let keys = self
-            .verify_key
-            .iter()
-            .map(|path| TrustedKey::read(path))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(failure)?;
+        let keys = read_keys(&self.verify_key)?;
         let mut options = RegistryOptions {
             plain_http: self.plain_http,
             docker_config: self.registry_config.clone(),
@@ -85,6 +80,18 @@ impl RegistryArgs {
         }
         Ok(options)
     }
+}
+
+/// The public keys in the PEM files `paths`.
+///
+/// # Errors
+/// A file that cannot be read or is not a public key (usage).
+pub fn read_keys(paths: &[PathBuf]) -> Result<Vec<TrustedKey>, Failure> {
+    paths
+        .iter()
+        .map(|path| TrustedKey::read(path))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(failure)
 }
 
 /// A reference given as `oci://host/repo:tag` or `host/repo:tag`, without the scheme.

@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use nicpolicy::oci::signature::{TrustedKey, Verification};
+use nicpolicy::oci::signature::Verification;
 use nicpolicy::oci::OciError;
 
-use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, read_keys, without_scheme, RegistryArgs};
 use super::Failure;
 
 #[derive(clap::Args)]
@@ -25,12 +25,7 @@ pub struct VerifyArgs {
 pub fn run(args: VerifyArgs) -> Result<u8, Failure> {
     let reference = without_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
-    let mut keys = args
-        .key
-        .iter()
-        .map(|path| TrustedKey::read(path))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(failure)?;
+    let mut keys = read_keys(&args.key)?;
     let mut options = args.registry.options()?;
     // --verify-key, as on the other commands, adds its keys to --key's.
     keys.extend(

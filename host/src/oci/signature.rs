@@ -36,8 +36,6 @@ const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// registry that answers more is not a signature store to trust with memory.
 const MAX_PAYLOAD_BYTES: i64 = 64 * 1024;
 const MAX_SIGNATURES: usize = 64;
-/// Bounds on a key file.
-const MAX_KEY_BYTES: u64 = 64 * 1024;
 
 /// One signature: the payload's bytes (JSON text) and the base64 signature of them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,12 +87,13 @@ impl TrustedKey {
     /// # Errors
     /// [`OciError::Config`] naming the file: unreadable, or not a public key.
     pub fn read(path: &Path) -> Result<TrustedKey, OciError> {
-        let pem = crate::files::read_at_most(path, MAX_KEY_BYTES).map_err(|err| {
-            OciError::Config(format!(
-                "{}: cannot read the public key: {err}",
-                path.display()
-            ))
-        })?;
+        let pem =
+            crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
+                OciError::Config(format!(
+                    "{}: cannot read the public key: {err}",
+                    path.display()
+                ))
+            })?;
         TrustedKey::from_pem(path.display().to_string(), pem)
     }
 
@@ -457,12 +456,13 @@ impl SigningKey {
     /// # Errors
     /// As for [`SigningKey::from_pem`], and an unreadable file.
     pub fn read(path: &Path, password: &[u8]) -> Result<SigningKey, OciError> {
-        let pem = crate::files::read_at_most(path, MAX_KEY_BYTES).map_err(|err| {
-            OciError::Config(format!(
-                "{}: cannot read the private key: {err}",
-                path.display()
-            ))
-        })?;
+        let pem =
+            crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
+                OciError::Config(format!(
+                    "{}: cannot read the private key: {err}",
+                    path.display()
+                ))
+            })?;
         SigningKey::from_pem(&path.display().to_string(), &pem, password)
     }
 

@@ -300,23 +300,11 @@ impl ServedPolicies {
         if now == current.fingerprint || state.refused.as_ref() == Some(&now) {
             return Ok(false);
         }
-        let result = match &current.config.path {
-            Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
-            None => Ok(current.config.clone()),
-        }
-        .and_then(|mut config| {
-            // Flags given to `serve` still win over the file.
-            config.override_with(current.config.overrides.clone());
-            warn_restart_only(&current.config, &config);
-            Served::load(host, config, current.generation + 1)
-        });
+        let result =
+            reread(&current).and_then(|config| Served::load(host, config, current.generation + 1));
         match result {
             Ok(served) => {
-                let generation = served.generation;
-                self.swap(served);
-                state.refused = None;
-                observer.reloaded(true);
-                tracing::info!(generation, "configuration reloaded");
+                self.accept(served, observer, state);
                 Ok(true)
             }
             Err(err) => {
@@ -326,6 +314,16 @@ impl ServedPolicies {
                 Err(err)
             }
         }
+    }
+
+    /// Swaps `served` in after a reload, and says so.
+    fn accept(&self, served: Served, observer: &dyn ReloadObserver, state: &mut ReloadState) {
+        let generation = served.generation;
+        let unavailable = served.unavailable.len();
+        self.swap(served);
+        state.refused = None;
+        observer.reloaded(true);
+        tracing::info!(generation, unavailable, "configuration reloaded");
     }
 
     /// [`ServedPolicies::reload_if_changed`] for a degraded snapshot: loads the configuration
@@ -340,22 +338,12 @@ impl ServedPolicies {
         now: Fingerprint,
     ) -> Result<bool, ServeLoadError> {
         let changed = now != current.fingerprint;
-        let result = match &current.config.path {
-            Some(path) => ServeConfig::read(path).map_err(ServeLoadError::from),
-            None => Ok(current.config.clone()),
-        }
-        .and_then(|mut config| {
-            config.override_with(current.config.overrides.clone());
+        let result = reread(current).and_then(|config| {
             Served::load_with(host, config, current.generation + 1, Unavailable::Retried)
         });
         match result {
             Ok(served) if changed || served.unavailable.len() < current.unavailable.len() => {
-                let generation = served.generation;
-                let still = served.unavailable.len();
-                self.swap(served);
-                state.refused = None;
-                observer.reloaded(true);
-                tracing::info!(generation, unavailable = still, "configuration reloaded");
+                self.accept(served, observer, state);
                 Ok(true)
             }
             Ok(_) => Ok(false),
@@ -393,6 +381,18 @@ impl ServedPolicies {
             })
             .map(drop)
     }
+}
+
+/// The configuration a reload loads: the file again (the same configuration without one), with
+/// the flags given to `serve`, which still win over the file.
+fn reread(current: &Served) -> Result<ServeConfig, ServeLoadError> {
+    let mut config = match &current.config.path {
+        Some(path) => ServeConfig::read(path)?,
+        None => current.config.clone(),
+    };
+    config.override_with(current.config.overrides.clone());
+    warn_restart_only(&current.config, &config);
+    Ok(config)
 }
 
 /// Settings read once at start: say so when a reload changes them.

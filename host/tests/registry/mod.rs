@@ -378,6 +378,19 @@ impl Serving {
             .flatten()
     }
 
+    /// Waits up to 30 s until `check` holds; fails naming `what`, with the server's log.
+    pub fn eventually(dir: &Path, what: &str, mut check: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within 30 s\n{}",
+                Self::log(dir)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until `/readyz` answers `text`.
     pub fn until_ready(&self, text: &str, dir: &Path) {
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -746,7 +746,8 @@ impl Reader<'_> {
                     .map(|(j, path)| {
                         let path = self.resolve(path);
                         let field = format!("{at}.keys[{j}]");
-                        let pem = crate::files::read_at_most(&path, 64 * 1024).map_err(|err| {
+                        let pem = crate::files::read_at_most(&path, crate::limits::MAX_KEY_BYTES)
+                            .map_err(|err| {
                             self.error(&field, format!("{}: {err}", path.display()))
                         })?;
                         #[cfg(feature = "oci")]
