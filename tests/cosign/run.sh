@@ -33,20 +33,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-registry_bin=$(command -v docker-registry || echo /usr/bin/docker-registry)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$work/registry.yml" <<YAML
-version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: $work/data}}
-http: {addr: 127.0.0.1:$port}
-YAML
-"$registry_bin" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-registry_pid=$!
-for _ in $(seq 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-  sleep 0.1
-done
+source "$here/../lib/registry.sh"
+start_registry "$work"
+port=$registry_port
 
 cd "$work"
 export DOCKER_CONFIG="$work/docker" NICPOLICY_CACHE_DIR="$work/cache"

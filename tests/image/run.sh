@@ -47,22 +47,9 @@ again=$(config/image/build.sh --binary "$binary" --out "$work/oci-again" 2>/dev/
 echo "ok - a second build gives the same digest"
 
 # A registry of its own on loopback.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$work/registry.yml" <<YAML
-version: 0.1
-log: {level: warn}
-storage:
-  filesystem: {rootdirectory: $work/registry}
-http:
-  addr: 127.0.0.1:$port
-YAML
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-registry_pid=$!
-for _ in $(seq 50); do
-  curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null || { cat "$work/registry.log"; fail "the registry did not start"; }
+source tests/lib/registry.sh
+start_registry "$work" || fail "the registry did not start"
+port=$registry_port
 
 remote="docker://127.0.0.1:$port/platform/nicpolicy:$tag"
 skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$layout_ref" "$remote"
