@@ -52,27 +52,54 @@ pub enum PolicySource {
     Oci(String),
 }
 
+/// What marks a registry reference where a file path could stand (`oci://host/repo@sha256:...`).
+pub const OCI_SCHEME: &str = "oci://";
+
+/// `text` without its leading [`OCI_SCHEME`], when it has one.
+pub fn oci_reference(text: &str) -> Option<&str> {
+    text.strip_prefix(OCI_SCHEME)
+}
+
+/// `text` without a leading [`OCI_SCHEME`]: where only a reference can stand, the scheme is
+/// optional.
+pub fn without_oci_scheme(text: &str) -> &str {
+    oci_reference(text).unwrap_or(text)
+}
+
 impl PolicySource {
-    /// `builtin:NAME` for a built-in policy, anything else a file path.
+    /// `oci://REFERENCE` for a module in a registry, `builtin:NAME` for a built-in policy,
+    /// anything else a file path.
     ///
     /// # Errors
     /// [`LoadError::UnknownBuiltin`] for a `builtin:` name no built-in policy has (always, in a
-    /// build without the `builtin` feature).
+    /// build without the `builtin` feature); [`LoadError::Registry`] for a reference that does
+    /// not parse (always, in a build without the `oci` feature).
     pub fn parse(text: &str) -> Result<PolicySource, LoadError> {
-        if let Some(reference) = text.strip_prefix("oci://") {
-            #[cfg(feature = "oci")]
-            return crate::oci::parse_reference(reference)
-                .map(|_| PolicySource::Oci(reference.to_string()))
-                .map_err(|err| LoadError::Registry(err.to_string()));
-            #[cfg(not(feature = "oci"))]
-            return Err(LoadError::Registry(format!(
-                "{reference}: this build of nicpolicy has no OCI registry support (feature oci)"
-            )));
+        if let Some(reference) = oci_reference(text) {
+            return PolicySource::oci(reference);
         }
         match text.strip_prefix("builtin:") {
             Some(name) => PolicySource::builtin(name),
             None => Ok(PolicySource::File(PathBuf::from(text))),
         }
+    }
+
+    /// The module in a registry at `reference` (`host/repo@sha256:...` or `host/repo:tag`, with
+    /// or without `oci://`), its shape checked now and the module pulled when the chain loads.
+    ///
+    /// # Errors
+    /// [`LoadError::Registry`] for a reference that does not parse, naming it (always, in a
+    /// build without the `oci` feature).
+    pub fn oci(reference: &str) -> Result<PolicySource, LoadError> {
+        let reference = without_oci_scheme(reference);
+        #[cfg(feature = "oci")]
+        return crate::oci::parse_reference(reference)
+            .map(|_| PolicySource::Oci(reference.to_string()))
+            .map_err(|err| LoadError::Registry(err.to_string()));
+        #[cfg(not(feature = "oci"))]
+        return Err(LoadError::Registry(format!(
+            "{reference}: this build of nicpolicy has no OCI registry support (feature oci)"
+        )));
     }
 
     /// The built-in policy called `name`.
@@ -97,7 +124,7 @@ impl PolicySource {
             PolicySource::Builtin(policy) => format!("builtin:{}", policy.name),
             PolicySource::Bytes(bytes) => format!("module bytes ({} bytes)", bytes.len()),
             #[cfg(feature = "oci")]
-            PolicySource::Oci(reference) => format!("oci://{reference}"),
+            PolicySource::Oci(reference) => format!("{OCI_SCHEME}{reference}"),
         }
     }
 }
@@ -215,6 +242,10 @@ pub struct ChainLoader<'h> {
     /// Each `oci://` reference loaded: the immutable reference and how it was got.
     #[cfg(feature = "oci")]
     fetched: Vec<(String, String, crate::oci::store::Fetched)>,
+    /// The module of each reference pulled, so a reference in several chains is pulled once
+    /// and gives them all the same bytes, as a file does.
+    #[cfg(feature = "oci")]
+    pulled: HashMap<String, Arc<[u8]>>,
 }
 
 impl<'h> ChainLoader<'h> {
@@ -227,6 +258,8 @@ impl<'h> ChainLoader<'h> {
             registry: crate::oci::RegistryOptions::default(),
             #[cfg(feature = "oci")]
             fetched: Vec::new(),
+            #[cfg(feature = "oci")]
+            pulled: HashMap::new(),
         }
     }
 
@@ -323,8 +356,7 @@ impl<'h> ChainLoader<'h> {
     /// one: then it is pulled every time).
     #[cfg(feature = "oci")]
     fn pull(&mut self, reference: &str) -> Result<Arc<[u8]>, LoadError> {
-        let key = PathBuf::from(format!("oci://{reference}"));
-        if let Some(bytes) = self.files.get(&key) {
+        if let Some(bytes) = self.pulled.get(reference) {
             return Ok(bytes.clone());
         }
         let module = crate::oci::fetch_blocking(
@@ -336,7 +368,7 @@ impl<'h> ChainLoader<'h> {
         self.fetched
             .push((reference.to_string(), module.immutable, module.fetched));
         let bytes: Arc<[u8]> = module.bytes.into();
-        self.files.insert(key, bytes.clone());
+        self.pulled.insert(reference.to_string(), bytes.clone());
         Ok(bytes)
     }
 

@@ -4,8 +4,9 @@
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
+use nicpolicy::spec::without_oci_scheme;
 
-use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, RegistryArgs};
 use super::{runtime, Failure};
 
 #[derive(clap::Args)]
@@ -22,8 +23,8 @@ pub struct CopyArgs {
 
 /// Runs `nicpolicy copy`.
 pub fn run(args: CopyArgs) -> Result<u8, Failure> {
-    let source = without_scheme(&args.source);
-    let destination = without_scheme(&args.destination);
+    let source = without_oci_scheme(&args.source);
+    let destination = without_oci_scheme(&args.destination);
     nicpolicy::oci::parse_reference(source).map_err(failure)?;
     nicpolicy::oci::parse_reference(destination).map_err(failure)?;
     let options = args.registry.options()?;

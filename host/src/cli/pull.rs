@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
+use nicpolicy::spec::without_oci_scheme;
 
-use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, RegistryArgs};
 use super::{runtime, Failure};
 
 #[derive(clap::Args)]
@@ -26,7 +27,7 @@ pub struct PullArgs {
 
 /// Runs `nicpolicy pull`.
 pub fn run(args: PullArgs) -> Result<u8, Failure> {
-    let reference = without_scheme(&args.reference);
+    let reference = without_oci_scheme(&args.reference);
     let parsed = nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let options = args.registry.options()?;
     let pulled =

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
+use nicpolicy::spec::without_oci_scheme;
 
-use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, RegistryArgs};
 use super::{usage, Failure};
 
 #[derive(clap::Args)]
@@ -33,7 +34,7 @@ pub fn run(args: PushArgs) -> Result<u8, Failure> {
     info.check_abi()
         .with_context(|| format!("{}: not a policy module", args.file.display()))
         .map_err(usage)?;
-    let reference = without_scheme(&args.reference);
+    let reference = without_oci_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let options = args.registry.write_options("push")?;
     eprintln!(

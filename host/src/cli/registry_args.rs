@@ -94,11 +94,6 @@ pub fn read_keys(paths: &[PathBuf]) -> Result<Vec<TrustedKey>, Failure> {
         .map_err(failure)
 }
 
-/// A reference given as `oci://host/repo:tag` or `host/repo:tag`, without the scheme.
-pub fn without_scheme(reference: &str) -> &str {
-    reference.strip_prefix("oci://").unwrap_or(reference)
-}
-
 /// The exit status of a registry error: what the user gave (a reference, `--plain-http` to a
 /// remote registry, credentials or CA files) is usage (2); what the registry or the artifact
 /// did is a run-time failure (3).

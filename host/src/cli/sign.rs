@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
 use nicpolicy::oci::signature::{key_pair_paths, SigningKey};
+use nicpolicy::spec::without_oci_scheme;
 
-use super::registry_args::{failure, without_scheme, RegistryArgs};
+use super::registry_args::{failure, RegistryArgs};
 use super::{usage, Failure};
 
 /// The environment variable holding the private key's password (cosign's).
@@ -30,7 +31,7 @@ pub struct SignArgs {
 
 /// Runs `nicpolicy sign`.
 pub fn run_sign(args: SignArgs) -> Result<u8, Failure> {
-    let reference = without_scheme(&args.reference);
+    let reference = without_oci_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let password = std::env::var(PASSWORD).unwrap_or_default();
     let key = SigningKey::read(&args.key, password.as_bytes()).map_err(failure)?;

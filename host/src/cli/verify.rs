@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use nicpolicy::oci::signature::Verification;
 use nicpolicy::oci::OciError;
+use nicpolicy::spec::without_oci_scheme;
 
-use super::registry_args::{failure, read_keys, without_scheme, RegistryArgs};
+use super::registry_args::{failure, read_keys, RegistryArgs};
 use super::Failure;
 
 #[derive(clap::Args)]
@@ -23,7 +24,7 @@ pub struct VerifyArgs {
 
 /// Runs `nicpolicy verify`: 0 verified, 1 not signed by any of the keys.
 pub fn run(args: VerifyArgs) -> Result<u8, Failure> {
-    let reference = without_scheme(&args.reference);
+    let reference = without_oci_scheme(&args.reference);
     nicpolicy::oci::parse_reference(reference).map_err(failure)?;
     let mut keys = read_keys(&args.key)?;
     let mut options = args.registry.options()?;

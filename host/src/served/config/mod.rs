@@ -35,7 +35,6 @@ use serde::Deserialize;
 
 use crate::limits::{self, CompileBounds, Limits};
 use crate::manifest::{ManifestError, ManifestFile};
-use crate::mode::Mode;
 use crate::spec::{PolicySource, PolicySpec, SettingsSource};
 
 /// Port kube-apiserver reaches Cluster API webhooks on.
@@ -382,7 +381,7 @@ impl ServeConfig {
                 limits: Limits::default()
                     .with_timeout(DEFAULTS.policy_timeout)
                     .with_max_input_bytes(DEFAULTS.max_request_bytes),
-                mode: Mode::Enforce,
+                mode: crate::mode::Mode::Enforce,
             },
             field: format!("policies.{}[0]", kind.as_str()),
         };
@@ -774,7 +773,7 @@ impl Reader<'_> {
         reference: &str,
         require_digest: bool,
     ) -> Result<PolicySource, ConfigError> {
-        let reference = reference.strip_prefix("oci://").unwrap_or(reference);
+        let reference = crate::spec::without_oci_scheme(reference);
         if require_digest && !reference.contains("@sha256:") {
             return Err(self.error(
                 at,
@@ -785,15 +784,7 @@ impl Reader<'_> {
                 ),
             ));
         }
-        #[cfg(feature = "oci")]
-        return crate::oci::parse_reference(reference)
-            .map(|_| PolicySource::Oci(reference.to_string()))
-            .map_err(|err| self.error(at, err));
-        #[cfg(not(feature = "oci"))]
-        return Err(self.error(
-            at,
-            "this build of nicpolicy has no OCI registry support (feature oci)",
-        ));
+        PolicySource::oci(reference).map_err(|err| self.error(at, err))
     }
 
     /// One entry of a chain, at `at` (like `policies.VCDMachine[0]`).
@@ -1088,6 +1079,7 @@ fn is_zero_duration(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mode::Mode;
     use nicpolicy_plugin::provisioner::PlanField;
 
     fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
