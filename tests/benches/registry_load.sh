@@ -8,14 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 nicpolicy=$PWD/${CARGO_TARGET_DIR:-target}/release/nicpolicy
-work=$(mktemp -d)
-registry_pid=
-cleanup() {
-  [[ -n "$registry_pid" ]] && kill "$registry_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 source tests/lib/registry.sh
+scratch_dir
 start_registry "$work"
 port=$registry_port
 export DOCKER_CONFIG="$work/docker" NICPOLICY_CACHE_DIR="$work/cache" COSIGN_PASSWORD=bench

@@ -26,14 +26,8 @@ if [[ ! -x "$cosign" ]]; then
   echo "cosign: built in $((SECONDS - start)) s" >&2
 fi
 
-work=$(mktemp -d)
-registry_pid=
-cleanup() {
-  [[ -n "$registry_pid" ]] && kill "$registry_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 source "$here/../lib/registry.sh"
+scratch_dir
 start_registry "$work"
 port=$registry_port
 

@@ -17,17 +17,8 @@ for tool in umoci skopeo docker-registry chroot python3; do
   }
 done
 
-work=$(mktemp -d)
-registry_pid=""
-cleanup() {
-  # The registry ends by the SIGTERM sent here: its status (143) is not this script's.
-  if [[ -n "$registry_pid" ]]; then
-    kill "$registry_pid" 2>/dev/null || true
-    wait "$registry_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source tests/lib/registry.sh
+scratch_dir
 fail() { echo "not ok - $*" >&2; exit 1; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
@@ -47,7 +38,6 @@ again=$(config/image/build.sh --binary "$binary" --out "$work/oci-again" 2>/dev/
 echo "ok - a second build gives the same digest"
 
 # A registry of its own on loopback.
-source tests/lib/registry.sh
 start_registry "$work" || fail "the registry did not start"
 port=$registry_port
 

@@ -1,7 +1,23 @@
 # Sourced by the test scripts that need an OCI registry: `start_registry DIR` starts Debian's
 # docker-registry (the distribution v2 server) on a free loopback port with its configuration,
 # storage and log in DIR, sets registry_port and registry_pid, and returns once it answers
-# /v2/ (1, with its log on stderr, when it does not). The caller kills registry_pid.
+# /v2/ (1, with its log on stderr, when it does not). `scratch_dir` sets work to a new temporary
+# directory for it, which is removed, the registry stopped first, when the script exits.
+scratch_dir() {
+  work=$(mktemp -d)
+  registry_pid=
+  trap _scratch_cleanup EXIT
+}
+
+_scratch_cleanup() {
+  # The registry ends by the SIGTERM sent here: its status (143) is not the script's.
+  if [[ -n "$registry_pid" ]]; then
+    kill "$registry_pid" 2>/dev/null || true
+    wait "$registry_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+
 start_registry() {
   local dir=$1
   registry_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
