@@ -8,7 +8,9 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
 use super::signature::signature_reference;
-use super::{client, digest_of, parse_reference, pull, registry_error, OciError, Pulled};
+use super::{
+    client, digest_of, immutable, parse_reference, pull, registry_error, OciError, Pulled,
+};
 use super::{RegistryOptions, MANIFEST};
 
 /// A signature image's config or payload, or a policy's config, is small; a larger blob is
@@ -171,11 +173,7 @@ pub async fn copy(
         .await?;
     to.push_manifest(&to.parsed, manifest_bytes).await?;
     let signatures = copy_signatures(&from, &to, &digest).await?;
-    let immutable = format!(
-        "{}/{}@{digest}",
-        to.parsed.resolve_registry(),
-        to.parsed.repository()
-    );
+    let immutable = immutable(&to.parsed, &digest);
     Ok(Copied {
         pulled,
         immutable,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sigstore::crypto::signing_key::SigStoreKeyPair;
 use sigstore::crypto::{CosignVerificationKey, SigStoreSigner, SigningScheme};
 
-use super::{digest_of, OciError};
+use super::{digest_of, OciError, MANIFEST};
 
 /// The media type of a signature layer.
 pub const SIGNATURE_LAYER: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -30,8 +30,6 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 const PAYLOAD_TYPE: &str = "cosign container image signature";
 /// The signature image's config media type (cosign's).
 const IMAGE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-/// The manifest media type written.
-const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// Bounds on what is read from a signature image: a payload is a few hundred bytes, and a
 /// registry that answers more is not a signature store to trust with memory.
 const MAX_PAYLOAD_BYTES: i64 = 64 * 1024;
@@ -87,13 +85,7 @@ impl TrustedKey {
     /// # Errors
     /// [`OciError::Config`] naming the file: unreadable, or not a public key.
     pub fn read(path: &Path) -> Result<TrustedKey, OciError> {
-        let pem =
-            crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
-                OciError::Config(format!(
-                    "{}: cannot read the public key: {err}",
-                    path.display()
-                ))
-            })?;
+        let pem = read_key_file(path, "public")?;
         TrustedKey::from_pem(path.display().to_string(), pem)
     }
 
@@ -126,6 +118,17 @@ impl TrustedKey {
             ))
         })
     }
+}
+
+/// The `which` (public or private) key file at `path`, read to at most
+/// [`MAX_KEY_BYTES`](crate::limits::MAX_KEY_BYTES).
+fn read_key_file(path: &Path, which: &str) -> Result<Vec<u8>, OciError> {
+    crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
+        OciError::Config(format!(
+            "{}: cannot read the {which} key: {err}",
+            path.display()
+        ))
+    })
 }
 
 /// Which keys must have signed the modules of which repositories: the `verification:` section
@@ -456,13 +459,7 @@ impl SigningKey {
     /// # Errors
     /// As for [`SigningKey::from_pem`], and an unreadable file.
     pub fn read(path: &Path, password: &[u8]) -> Result<SigningKey, OciError> {
-        let pem =
-            crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
-                OciError::Config(format!(
-                    "{}: cannot read the private key: {err}",
-                    path.display()
-                ))
-            })?;
+        let pem = read_key_file(path, "private")?;
         SigningKey::from_pem(&path.display().to_string(), &pem, password)
     }
 
@@ -487,9 +484,13 @@ impl SigningKey {
             .map_err(|err| OciError::Config(format!("cannot write the public key: {err}")))
     }
 
-    fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, OciError> {
+    /// The base64 signature of `payload`, as a signature layer's annotation holds it.
+    fn sign(&self, payload: &[u8]) -> Result<String, OciError> {
         self.signer
             .sign(payload)
+            .map(|signature| {
+                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, signature)
+            })
             .map_err(|err| OciError::Config(format!("cannot sign: {err}")))
     }
 }
@@ -539,12 +540,9 @@ pub async fn sign(
             .await
             .map_err(super::registry_error(reference, "resolving the tag"))?,
     };
-    let repository = format!("{}/{}", parsed.resolve_registry(), parsed.repository());
+    let repository = super::repository(&parsed);
     let payload = payload(&repository, &digest);
-    let signature = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        key.sign(payload.as_bytes())?,
-    );
+    let signature = key.sign(payload.as_bytes())?;
     let at = signature_reference(&parsed, &digest);
     let mut layers = signature_image(&client, &auth, &parsed, &digest)
         .await
@@ -603,7 +601,7 @@ pub async fn sign(
             "pushing the signature manifest",
         ))?;
     Ok(Signed {
-        immutable: format!("{repository}@{digest}"),
+        immutable: super::immutable(&parsed, &digest),
         signature: signature_tag_reference(&repository, &digest),
     })
 }
@@ -635,10 +633,7 @@ mod tests {
 
     fn signature(key: &SigningKey, digest: &str) -> Signature {
         let payload = payload("registry.example.net/platform/dmz-guard", digest);
-        let signature = base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            key.sign(payload.as_bytes()).expect("sign"),
-        );
+        let signature = key.sign(payload.as_bytes()).expect("sign");
         Signature { payload, signature }
     }
 
