@@ -282,7 +282,9 @@ impl ServedPolicies {
     }
 
     /// Checks the watched files once; when they changed, loads the new configuration and swaps
-    /// it in. Returns `Ok(true)` after a swap, `Ok(false)` when nothing changed.
+    /// it in. A snapshot with [`Served::unavailable`] kinds loads again at every check and is
+    /// swapped out when its files changed or fewer kinds are unavailable. Returns `Ok(true)`
+    /// after a swap, `Ok(false)` when nothing changed.
     pub fn reload_if_changed(
         &self,
         host: &Host,
@@ -291,64 +293,40 @@ impl ServedPolicies {
     ) -> Result<bool, ServeLoadError> {
         let current = self.get();
         let now = Fingerprint::of(&current.config.watched_files());
+        let changed = now != current.fingerprint;
         // A snapshot that started without some kind's module tries again at every check, the
-        // same files included, and keeps the kinds it has while the module cannot be had.
-        if current.degraded() {
-            return self.retry_unavailable(host, observer, state, &current, now);
-        }
-        // A refused set of files is tried again only once they change again.
-        if now == current.fingerprint || state.refused.as_ref() == Some(&now) {
+        // same files included, and keeps the kinds it has while the module cannot be had. Any
+        // other snapshot loads only changed files, and a refused set of files only once they
+        // change again.
+        let degraded = current.degraded();
+        if !degraded && (!changed || state.refused.as_ref() == Some(&now)) {
             return Ok(false);
         }
-        let result =
-            reread(&current).and_then(|config| Served::load(host, config, current.generation + 1));
-        match result {
-            Ok(served) => {
-                self.accept(served, observer, state);
-                Ok(true)
-            }
-            Err(err) => {
-                state.refused = Some(now);
-                observer.reloaded(false);
-                tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
-                Err(err)
-            }
-        }
-    }
-
-    /// Swaps `served` in after a reload, and says so.
-    fn accept(&self, served: Served, observer: &dyn ReloadObserver, state: &mut ReloadState) {
-        let generation = served.generation;
-        let unavailable = served.unavailable.len();
-        self.swap(served);
-        state.refused = None;
-        observer.reloaded(true);
-        tracing::info!(generation, unavailable, "configuration reloaded");
-    }
-
-    /// [`ServedPolicies::reload_if_changed`] for a degraded snapshot: loads the configuration
-    /// again, as at start, and swaps it in when its files changed or fewer kinds are
-    /// unavailable.
-    fn retry_unavailable(
-        &self,
-        host: &Host,
-        observer: &dyn ReloadObserver,
-        state: &mut ReloadState,
-        current: &Served,
-        now: Fingerprint,
-    ) -> Result<bool, ServeLoadError> {
-        let changed = now != current.fingerprint;
-        let result = reread(current).and_then(|config| {
-            Served::load_with(host, config, current.generation + 1, Unavailable::Retried)
+        let unavailable_modules = if degraded {
+            Unavailable::Retried
+        } else {
+            Unavailable::Refused
+        };
+        let result = reread(&current).and_then(|config| {
+            Served::load_with(host, config, current.generation + 1, unavailable_modules)
         });
         match result {
+            // A retry with the same files is swapped in only when it has more kinds.
             Ok(served) if changed || served.unavailable.len() < current.unavailable.len() => {
-                self.accept(served, observer, state);
+                let generation = served.generation;
+                let unavailable = served.unavailable.len();
+                self.swap(served);
+                state.refused = None;
+                observer.reloaded(true);
+                tracing::info!(generation, unavailable, "configuration reloaded");
                 Ok(true)
             }
             Ok(_) => Ok(false),
             Err(err) => {
+                // A refusal of changed files is counted; a degraded snapshot's retry of the
+                // files it loaded is not.
                 if changed {
+                    state.refused = Some(now);
                     observer.reloaded(false);
                 }
                 tracing::error!(error = %err, generation = current.generation, "reload refused; the previous policies keep serving");
