@@ -7,8 +7,8 @@ mod registry;
 use std::path::{Path, PathBuf};
 
 use registry::{
-    digest, eval_by_reference, module, nicpolicy, push_second, review, text, workspace, Pushed,
-    Registry, Serving,
+    assert_exit_saying, digest, eval_by_reference, module, nicpolicy, push, push_second, review,
+    text, workspace, Pushed, Registry, Serving,
 };
 use sha2::{Digest, Sha256};
 
@@ -18,17 +18,7 @@ fn push_prints_the_immutable_reference_and_pull_reads_it_by_tag_and_by_digest() 
     let dir = registry.dir.clone();
     let (path, bytes) = module(&dir);
     let reference = format!("{}/platform/capvcd:0.1.0", registry.host());
-    let out = nicpolicy(
-        &[
-            "push",
-            &path.to_string_lossy(),
-            &format!("oci://{reference}"),
-            "--plain-http",
-        ],
-        &dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let immutable = push(&dir, &path, &format!("oci://{reference}"));
     let prefix = format!("{}/platform/capvcd@sha256:", registry.host());
     assert!(immutable.starts_with(&prefix), "{immutable}");
 
@@ -128,12 +118,7 @@ fn the_cncf_layout_is_read_and_what_is_no_wasm_policy_is_refused() {
         ],
         &dir,
     );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not a WebAssembly module"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 3, &["not a WebAssembly module"]);
     assert!(!dir.join("not-wasm.wasm").exists(), "nothing is written");
 
     // A container image is not a policy.
@@ -151,9 +136,7 @@ fn the_cncf_layout_is_read_and_what_is_no_wasm_policy_is_refused() {
         ],
         &dir,
     );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("platform/image:1"), "{said}");
+    assert_exit_saying(&out, 3, &["platform/image:1"]);
 
     // An unknown tag names the reference and what the registry said.
     let out = nicpolicy(
@@ -164,8 +147,7 @@ fn the_cncf_layout_is_read_and_what_is_no_wasm_policy_is_refused() {
         ],
         &dir,
     );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("capvcd-cncf:2"));
+    assert_exit_saying(&out, 3, &["capvcd-cncf:2"]);
 }
 
 #[test]
@@ -182,16 +164,9 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
         ],
         &dir,
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("plain HTTP is only for a registry on loopback"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["plain HTTP is only for a registry on loopback"]);
     let out = nicpolicy(&["pull", "Not A Reference!", "--plain-http"], &dir);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not an OCI reference"));
+    assert_exit_saying(&out, 2, &["not an OCI reference"]);
     std::fs::write(dir.join("notes.txt"), "not a module").expect("write");
     let out = nicpolicy(
         &["push", "notes.txt", "127.0.0.1:1/p/x:1", "--plain-http"],
@@ -212,13 +187,7 @@ fn plain_http_is_refused_for_a_registry_elsewhere_and_bad_input_is_named() {
         ],
         &dir,
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("--verify-key checks modules that are pulled"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["--verify-key checks modules that are pulled"]);
 }
 
 #[test]
@@ -303,25 +272,14 @@ fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_regist
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(out.stdout, builtin.stdout);
     let out = eval(&tag);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("the registry cannot be reached") && said.contains(&immutable),
-        "{said}"
-    );
+    assert_exit_saying(&out, 1, &["the registry cannot be reached", &immutable]);
     // A stored module whose bytes were changed is not used.
     std::fs::write(&blob, b"\0asm\x01\0\0\0").expect("tamper");
     let out = eval(&immutable);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains(&immutable),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &[&immutable]);
     // Nothing stored and nothing reachable: the error names the reference.
     let out = eval(&format!("{}/platform/other:1", registry.host()));
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("platform/other:1"));
+    assert_exit_saying(&out, 2, &["platform/other:1"]);
 }
 
 #[test]
@@ -365,12 +323,7 @@ fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     assert_eq!(out.stdout, builtin.stdout);
     // A tag is refused by requireDigest, naming the field.
     let out = review(&write("by-tag.yaml", &tag));
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("policies.VCDMachine[0].oci") && said.contains("requireDigest"),
-        "{said}"
-    );
+    assert_exit_saying(&out, 2, &["policies.VCDMachine[0].oci", "requireDigest"]);
     // The registry is down: the webhook still starts, from the store.
     registry.stop();
     let out = review(&by_digest);
@@ -478,12 +431,7 @@ fn a_private_registry_is_trusted_through_its_ca_for_every_registry_or_for_it_alo
     };
     // Without the CA the certificate is not trusted, and the error says where it failed.
     let out = push(&[]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains(&reference),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 3, &[&reference]);
     // A CA for another registry does not help; for this one (or every one) it does.
     let other = "mirror.internal:5000=ca.pem".to_string();
     let out = push(&["--registry-ca", &other]);
@@ -646,12 +594,7 @@ fn a_module_that_cannot_be_had_at_start_stops_the_start_or_denies_only_its_kind(
     // The default: the start stops, naming the entry and the registry's answer.
     write("");
     let out = review("vcdmachinetemplate-create-worker.json");
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("policies.VCDMachine[0]"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["policies.VCDMachine[0]"]);
     // Deny: the other kind is served; this kind is denied saying why; a deletion passes.
     write(", onUnavailableAtStart: Deny");
     let out = review("vcdmachinetemplate-create-worker.json");
@@ -673,10 +616,6 @@ fn a_module_that_cannot_be_had_at_start_stops_the_start_or_denies_only_its_kind(
     let serving = Serving::start(&dir, &config);
     serving.until_ready("ok: generation 1 (unavailable: VCDMachine)", &dir);
     let (path, _) = module(&dir);
-    let out = nicpolicy(
-        &["push", &path.to_string_lossy(), &tag, "--plain-http"],
-        &dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    push(&dir, &path, &tag);
     serving.until_ready("ok: generation 2", &dir);
 }

@@ -9,8 +9,8 @@ mod registry;
 use std::path::{Path, PathBuf};
 
 use registry::{
-    eval_by_reference, nicpolicy, nicpolicy_with, push_second, review, text, Pushed, Registry,
-    Serving,
+    assert_exit_saying, eval_by_reference, nicpolicy, nicpolicy_with, push_second, review, text,
+    Pushed, Registry, Serving,
 };
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -88,13 +88,8 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
 
     // Unsigned: refused, naming where the signature would be.
     let out = verify(&immutable, &site_pub, &dir);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stderr);
     let hex = immutable.rsplit("sha256:").next().expect("digest");
-    assert!(
-        said.contains("not signed") && said.contains(&format!("sha256-{hex}.sig")),
-        "{said}"
-    );
+    assert_exit_saying(&out, 1, &["not signed", &format!("sha256-{hex}.sig")]);
 
     // Signed by tag: the digest the tag names is signed, where cosign keeps signatures.
     let at = sign(&tag, &site_key, &dir);
@@ -112,12 +107,7 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
     // Signing twice with the same key keeps one signature; another key adds one.
     sign(&immutable, &site_key, &dir);
     let out = verify(&immutable, &other_pub, &dir);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("none of its 1 signature(s)"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 1, &["none of its 1 signature(s)"]);
     sign(&immutable, &other_key, &dir);
     for key in [&site_pub, &other_pub] {
         let out = verify(&immutable, key, &dir);
@@ -136,12 +126,7 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
         &dir,
         &[("COSIGN_PASSWORD", "wrong")],
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("COSIGN_PASSWORD"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["COSIGN_PASSWORD"]);
 
     // A signature image moved onto another module's digest vouches for the first digest only.
     let second = push_second(&registry, &dir);
@@ -192,12 +177,7 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
         .expect("put");
     assert_eq!(put.status(), 201, "{}", registry.log());
     let out = verify(&second, &site_pub, &dir);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("another manifest") && said.contains(hex),
-        "{said}"
-    );
+    assert_exit_saying(&out, 1, &["another manifest", hex]);
 
     // --verify-key on eval: the signed module runs, the unsigned one is refused before use.
     let key = site_pub.to_string_lossy();
@@ -207,12 +187,7 @@ fn signed_modules_verify_and_unsigned_other_key_and_moved_signatures_are_refused
     let out = eval(&tag);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = eval(&second);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("refused"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["refused"]);
 }
 
 #[test]
@@ -317,12 +292,7 @@ fn the_webhook_configuration_refuses_unsigned_modules_and_verifies_its_store_in_
     let platform = format!("{}/platform/*", registry.host());
     let review = || review(&dir, &config, "vcdmachine-create-invalid.json");
     let refused = |out: &std::process::Output, words: &[&str]| {
-        assert_eq!(out.status.code(), Some(2), "{}", text(out));
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(said.contains("policies.VCDMachine[0]"), "{said}");
-        for word in words {
-            assert!(said.contains(word), "{word:?} in {said}");
-        }
+        assert_exit_saying(out, 2, &[&["policies.VCDMachine[0]"], words].concat());
     };
 
     // Unsigned: the configuration does not load.
@@ -338,20 +308,10 @@ fn the_webhook_configuration_refuses_unsigned_modules_and_verifies_its_store_in_
         &site_pub,
     );
     let out = review();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("verification[0].references[0]"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["verification[0].references[0]"]);
     write(&immutable, &platform, &site_key);
     let out = review();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("verification[0].keys[0]"),
-        "{}",
-        text(&out)
-    );
+    assert_exit_saying(&out, 2, &["verification[0].keys[0]"]);
 
     // Signed: served, and it decides (denies the invalid machine).
     sign(&immutable, &site_key, &dir);

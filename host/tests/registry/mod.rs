@@ -238,16 +238,41 @@ pub fn text(output: &Output) -> String {
     )
 }
 
+/// Asserts that `out` exited with `code` and that its stderr says each of `words`.
+pub fn assert_exit_saying(out: &Output, code: i32, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    for word in words {
+        assert!(said.contains(word), "{word:?} not said\n{}", text(out));
+    }
+}
+
 /// The built-in CAPVCD policy as a file in `dir`.
 pub fn module(dir: &Path) -> (PathBuf, Vec<u8>) {
-    let path = dir.join("capvcd.wasm");
-    let out = nicpolicy(&["export", "capvcd", "-o", &path.to_string_lossy()], dir);
+    export(dir, "capvcd")
+}
+
+/// The built-in policy `name` as the file `NAME.wasm` in `dir`, and its bytes.
+pub fn export(dir: &Path, name: &str) -> (PathBuf, Vec<u8>) {
+    let path = dir.join(format!("{name}.wasm"));
+    let out = nicpolicy(&["export", name, "-o", &path.to_string_lossy()], dir);
     assert!(out.status.success(), "{}", text(&out));
     let mut bytes = Vec::new();
     std::fs::File::open(&path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .expect("module");
     (path, bytes)
+}
+
+/// `nicpolicy push` of the module at `path` to `reference` over plain HTTP; the immutable
+/// reference it prints.
+pub fn push(dir: &Path, path: &Path, reference: &str) -> String {
+    let out = nicpolicy(
+        &["push", &path.to_string_lossy(), reference, "--plain-http"],
+        dir,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A registry holding the built-in CAPVCD module, pushed as `platform/capvcd:0.1.0`.
@@ -265,12 +290,7 @@ impl Pushed {
         let dir = registry.dir.clone();
         let (path, bytes) = module(&dir);
         let tag = format!("{}/platform/capvcd:0.1.0", registry.host());
-        let out = nicpolicy(
-            &["push", &path.to_string_lossy(), &tag, "--plain-http"],
-            &dir,
-        );
-        assert!(out.status.success(), "{}", text(&out));
-        let immutable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let immutable = push(&dir, &path, &tag);
         Pushed {
             registry,
             dir,
@@ -283,23 +303,12 @@ impl Pushed {
 
 /// The role-based module pushed beside the CAPVCD one, unsigned; its immutable reference.
 pub fn push_second(registry: &Registry, dir: &Path) -> String {
-    let second = dir.join("role-based.wasm");
-    let out = nicpolicy(
-        &["export", "role-based", "-o", &second.to_string_lossy()],
+    let (second, _) = export(dir, "role-based");
+    push(
         dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let out = nicpolicy(
-        &[
-            "push",
-            &second.to_string_lossy(),
-            &format!("{}/platform/role-based:0.1.0", registry.host()),
-            "--plain-http",
-        ],
-        dir,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+        &second,
+        &format!("{}/platform/role-based:0.1.0", registry.host()),
+    )
 }
 
 /// `nicpolicy serve` on loopback with a self-signed certificate, killed when dropped.
