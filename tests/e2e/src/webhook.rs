@@ -356,12 +356,21 @@ impl Webhook {
 
     /// The sum of `nicpolicy_reviews_total` (0 when the process does not answer).
     pub async fn reviews_answered(&self) -> u64 {
+        self.metric_sum("nicpolicy_reviews_total").await as u64
+    }
+
+    /// The sum of the metric `name` over its labels (0 when absent or the process does not
+    /// answer).
+    pub async fn metric_sum(&self, name: &str) -> f64 {
         self.metrics()
             .await
             .lines()
-            .filter(|line| line.starts_with("nicpolicy_reviews_total"))
+            .filter(|line| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .sum()
     }
 
     /// Stops the process (SIGTERM); the webhook configurations stay registered, as when every

@@ -67,14 +67,13 @@ async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_r
     // Admission decides with the pulled module: defaults for a worker, a refusal for a
     // control-plane machine on a forbidden network.
     let client = plane.client().await;
-    let stored = create(
+    admitted_worker(
         &client,
-        &worker("prod-eu1", "prod-eu1-md-0-r1", Some("prod-eu1"), None),
-        false,
+        &webhook,
+        "prod-eu1-md-0-r1",
+        "with the pulled module",
     )
-    .await
-    .unwrap_or_else(|err| panic!("not admitted: {err}\n{}", webhook.log_tail(30)));
-    assert_eq!(extras(&stored), WORKER_DEFAULTS);
+    .await;
     let refused = |err: kube::Error| {
         let (code, _, message, _) = refusal(&err);
         assert_eq!(code, 422, "{message}");
@@ -94,19 +93,7 @@ async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_r
     // stored signature checked with the configured key, and admission goes on.
     registry.stop();
     webhook.restart().await;
-    let stored = create(
-        &client,
-        &worker("prod-eu1", "prod-eu1-md-0-r2", Some("prod-eu1"), None),
-        false,
-    )
-    .await
-    .unwrap_or_else(|err| {
-        panic!(
-            "not admitted from the store: {err}\n{}",
-            webhook.log_tail(30)
-        )
-    });
-    assert_eq!(extras(&stored), WORKER_DEFAULTS);
+    admitted_worker(&client, &webhook, "prod-eu1-md-0-r2", "from the store").await;
 
     // The registry is back with an unsigned module; the configuration is changed to it. The
     // reload is refused (logged, counted) and the signed module keeps deciding.
@@ -123,22 +110,16 @@ async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_r
     )
     .await;
     let failures = webhook
-        .metrics()
-        .await
-        .lines()
-        .find(|l| l.starts_with("nicpolicy_policy_load_failures_total"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse::<f64>().ok())
-        .unwrap_or(0.0);
+        .metric_sum("nicpolicy_policy_load_failures_total")
+        .await;
     assert!(failures >= 1.0, "{}", webhook.log_tail(20));
-    let stored = create(
+    admitted_worker(
         &client,
-        &worker("prod-eu1", "prod-eu1-md-0-r3", Some("prod-eu1"), None),
-        false,
+        &webhook,
+        "prod-eu1-md-0-r3",
+        "after the refused reload",
     )
-    .await
-    .unwrap_or_else(|err| panic!("not admitted after the refused reload: {err}"));
-    assert_eq!(extras(&stored), WORKER_DEFAULTS);
+    .await;
     refused(
         create(
             &client,
@@ -148,4 +129,22 @@ async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_r
         .await
         .expect_err("still refused by the signed module"),
     );
+}
+
+/// Creates the worker `name` of prod-eu1 and checks it was admitted with the workers'
+/// defaults; a refusal fails naming `when`, with the webhook's log.
+async fn admitted_worker(client: &kube::Client, webhook: &Webhook, name: &str, when: &str) {
+    let stored = create(
+        client,
+        &worker("prod-eu1", name, Some("prod-eu1"), None),
+        false,
+    )
+    .await
+    .unwrap_or_else(|err| {
+        panic!(
+            "{name} not admitted {when}: {err}\n{}",
+            webhook.log_tail(30)
+        )
+    });
+    assert_eq!(extras(&stored), WORKER_DEFAULTS, "{name} {when}");
 }
