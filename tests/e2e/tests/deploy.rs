@@ -477,24 +477,26 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
             .expect("registry.caFiles");
         for deployment in objects.iter().filter(|o| o["kind"] == "Deployment") {
             let pod = &deployment["spec"]["template"]["spec"];
-            let mounted = |volume: &str, file: &str| {
-                let mount = pod["containers"][0]["volumeMounts"]
+            // Where the volume `volume` is mounted in the container, and its source.
+            let mount = |volume: &str| {
+                let path = pod["containers"][0]["volumeMounts"]
                     .as_array()
                     .and_then(|m| m.iter().find(|m| m["name"] == volume))
+                    .and_then(|m| m["mountPath"].as_str())
                     .unwrap_or_else(|| panic!("{volume} not mounted ({mode})"));
                 let source = pod["volumes"]
                     .as_array()
                     .and_then(|v| v.iter().find(|v| v["name"] == volume))
                     .unwrap_or_else(|| panic!("no volume {volume} ({mode})"));
+                (path, source)
+            };
+            let mounted = |volume: &str, file: &str| {
+                let (path, source) = mount(volume);
                 let items = source["secret"]["items"]
                     .as_array()
                     .or(source["configMap"]["items"].as_array())
                     .expect("items");
-                format!(
-                    "{}/{}",
-                    mount["mountPath"].as_str().unwrap_or(""),
-                    items[0]["path"].as_str().unwrap_or("")
-                ) == file
+                format!("{path}/{}", items[0]["path"].as_str().unwrap_or("")) == file
             };
             assert!(mounted("registry-credentials", credentials), "{deployment}");
             assert!(mounted("registry-ca", ca), "{deployment}");
@@ -502,18 +504,8 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
             let key = config["verification"][0]["keys"][0]
                 .as_str()
                 .expect("verification[0].keys[0]");
-            let mount = pod["containers"][0]["volumeMounts"]
-                .as_array()
-                .and_then(|m| m.iter().find(|m| m["name"] == "verification-keys"))
-                .unwrap_or_else(|| panic!("verification-keys not mounted ({mode})"));
-            assert_eq!(
-                format!("{}/platform.pub", mount["mountPath"].as_str().unwrap_or("")),
-                key
-            );
-            let keys = pod["volumes"]
-                .as_array()
-                .and_then(|v| v.iter().find(|v| v["name"] == "verification-keys"))
-                .expect("the keys volume");
+            let (path, keys) = mount("verification-keys");
+            assert_eq!(format!("{path}/platform.pub"), key);
             assert_eq!(keys["configMap"]["name"], "policy-keys", "{keys}");
         }
         assert_eq!(
