@@ -57,6 +57,8 @@
 //! - [`clusters`]: finding a machine's VCDCluster as Cluster API does, in manifest files
 //!   ([`clusters::StaticClusters`]) or, with feature `webhook`, in watch-fed caches of the API
 //!   server ([`clusters::live::KubeClusters`]).
+//! - `guard` (feature `webhook`): whether the VCDMachine and VCDMachineTemplate CRDs serve a
+//!   version the webhook configurations name, watched by the webhook and the controller.
 //! - [`served`]: the served policy set of `serve`, `controller` and `review`: the configuration
 //!   file, the snapshot of policies and inventory it loads, its hot reload.
 //! - [`audit`]: every machine of a set of manifests evaluated against its own cluster, with a
@@ -92,6 +94,8 @@ pub mod compiler;
 pub mod controller;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "webhook")]
+pub mod guard;
 pub mod inspect;
 pub mod junit;
 pub mod kubewarden;

@@ -46,6 +46,15 @@ pub const DELETING_PREFIX: &str = "not enforced, the object is being deleted";
 pub const CLUSTER_UNKNOWN_PREFIX: &str = "not enforced until the machine's cluster is known";
 /// Starts the message of the violation [`undefaulted`] adds.
 pub const UNDEFAULTED_PREFIX: &str = "not defaulted";
+/// Starts the warning for a violation of a machine created already built (`clusterctl move`,
+/// a restore: [`already_built`]).
+pub const ALREADY_BUILT_PREFIX: &str = "already built, not enforced on this create";
+/// Starts the warning for a violation of an immutability rule in Cluster API's topology dry
+/// run ([`topology_dry_run`]).
+pub const TOPOLOGY_DRY_RUN_PREFIX: &str = "not enforced in Cluster API's topology dry run";
+/// The annotation Cluster API's topology controller sets on the objects of its server-side
+/// dry runs (`topology.cluster.x-k8s.io/dry-run`).
+pub const TOPOLOGY_DRY_RUN_ANNOTATION: &str = "topology.cluster.x-k8s.io/dry-run";
 
 /// Applies the rules of this module (see the [module documentation](self)) to `decision`, the
 /// policy's decision on `request`: [`adjust`], then, for an UPDATE that still denies,
@@ -97,11 +106,12 @@ pub fn adjust(request: &Request, decision: &mut Decision) -> bool {
 ///   ([`Request::same_cluster_as_stored`]): the first review in which the cluster is known, and
 ///   any change of cluster, is judged in full;
 /// - the zone (`spec.failureDomain`) and the role (the control-plane label) are unchanged;
-/// - a VCDMachine was provisioned (the stored object has `spec.providerID`): its VM exists with
-///   the stored NICs, which denying cannot undo. A machine not built yet is judged in full, so
-///   nothing stored unchecked (before its cluster existed, say) reaches a VM. A
-///   VCDMachineTemplate builds nothing itself: every VCDMachine made from it is judged in
-///   full when it is created.
+/// - a VCDMachine was provisioned and stays so: the stored object and this one carry the same
+///   non-empty `spec.providerID`. Its VM exists with the stored NICs, which denying cannot
+///   undo. An UPDATE that clears or changes the provider ID is judged in full (CAPVCD would
+///   build from the list again), and so is a machine not built yet, so nothing stored
+///   unchecked (before its cluster existed, say) reaches a VM. A VCDMachineTemplate builds
+///   nothing itself: every VCDMachine made from it is judged in full when it is created.
 pub fn may_ratchet(request: &Request) -> bool {
     let Some(old) = request.old_machine.as_ref() else {
         return false;
@@ -112,7 +122,38 @@ pub fn may_ratchet(request: &Request) -> bool {
         && !request.cluster_unknown
         && old.failure_domain == new.failure_domain
         && old.role == new.role
-        && (request.kind == ObjectKind::VcdMachineTemplate || old.is_provisioned())
+        && (request.kind == ObjectKind::VcdMachineTemplate
+            || (old.is_provisioned() && new.provider_id == old.provider_id))
+}
+
+/// Applies to a machine created already built (a non-empty `spec.providerID` on a CREATE, as
+/// `clusterctl move` and restores create them, while its Cluster is paused): its VM exists with
+/// the NICs of this spec, which denying cannot undo and only stops the move half way, so every
+/// violation becomes a warning. The host decides when a CREATE is one (docs/deploy.md, "What
+/// the ratchet excuses"); it also leaves such a machine undefaulted and its plan annotation as
+/// written.
+pub fn already_built(decision: &mut Decision) {
+    downgrade(decision, ALREADY_BUILT_PREFIX, |_| true);
+}
+
+/// Whether a request is Cluster API's topology dry run, as Cluster API's own helper tells it
+/// (`topology.IsDryRunRequest`): a server-side dry run (`dry_run`) of an object carrying
+/// [`TOPOLOGY_DRY_RUN_ANNOTATION`]. Cluster API expects providers to skip immutability checks
+/// there: the dry run compares the stored object with the one it would write.
+pub fn is_topology_dry_run(dry_run: bool, annotations: &BTreeMap<String, String>) -> bool {
+    dry_run && annotations.contains_key(TOPOLOGY_DRY_RUN_ANNOTATION)
+}
+
+/// In a topology dry run ([`is_topology_dry_run`]), violations of the immutability rules (a
+/// rule named `.../provisioned-update`: the NIC list of a provisioned machine) become
+/// warnings; the structural rules (names, duplicates, counts, the primary) still deny.
+pub fn topology_dry_run(decision: &mut Decision) {
+    downgrade(decision, TOPOLOGY_DRY_RUN_PREFIX, |v| {
+        v.source
+            .as_ref()
+            .and_then(|s| s.rule.as_deref())
+            .is_some_and(|rule| rule.ends_with("/provisioned-update"))
+    });
 }
 
 /// Ratchets a denying, non-strict decision on `request`: the violations the stored object's

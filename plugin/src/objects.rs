@@ -38,12 +38,15 @@ use serde_json::Value;
 
 use crate::schema::{
     Cluster, Inventory, Machine, Network, ObjectKind, Operation, Request, Zone, CLUSTER_NAME_LABEL,
+    CONTROL_PLANE_LABEL,
 };
 
 /// API group of CAPVCD's kinds.
 pub const CAPVCD_GROUP: &str = "infrastructure.cluster.x-k8s.io";
-/// Versions whose network fields are read.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta3", "v1beta2"];
+/// Versions whose network fields are read: v1beta2, which CAPVCD's last release (v1.3.2)
+/// serves and stores, and v1beta3, CAPVCD's unreleased main (zones). Both carry
+/// `extraOvdcNetworks` the same way; v1beta3 adds `failureDomain`.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1beta2", "v1beta3"];
 
 /// Why an object could not be mapped: the field at fault (empty for the object itself) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,7 +99,7 @@ fn check_api_version(object: &Value) -> Result<(), FieldError> {
     }
     Err(FieldError::new(
         "apiVersion",
-        format!("{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta3 (or v1beta2)"),
+        format!("{api_version:?} is not supported; use {CAPVCD_GROUP}/v1beta2 (CAPVCD v1.3.2) or v1beta3 (CAPVCD main)"),
     ))
 }
 
@@ -324,14 +327,137 @@ pub fn cluster_name_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The Machine a VCDMachine belongs to, named as CAPVCD finds it (Cluster API's
+/// `util.GetOwnerMachine`): the first owner reference of kind `Machine` in group
+/// `cluster.x-k8s.io`, whatever its version.
+pub fn owner_machine_name(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|owner| {
+            owner.get("kind").and_then(Value::as_str) == Some("Machine")
+                && owner
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v.starts_with("cluster.x-k8s.io/"))
+        })
+        .and_then(|owner| owner.get("name").and_then(Value::as_str))
+        .filter(|name| !name.is_empty())
+}
+
+/// What a VCDMachine's owner Machine says of it: the two labels CAPVCD reads from the Machine,
+/// never from the VCDMachine (its cluster, `util.GetClusterFromMetadata`, and its role,
+/// `util.IsControlPlaneMachine`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerMachine {
+    /// The Machine's name.
+    pub name: String,
+    /// Its `cluster.x-k8s.io/cluster-name` label.
+    pub cluster: Option<String>,
+    /// Whether it carries `cluster.x-k8s.io/control-plane`.
+    pub control_plane: bool,
+}
+
+impl OwnerMachine {
+    /// Reads a Machine object (only its metadata is looked at).
+    pub fn from_object(object: &Value) -> OwnerMachine {
+        let labels = object.pointer("/metadata/labels");
+        OwnerMachine {
+            name: object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            cluster: labels
+                .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+                .and_then(Value::as_str)
+                .filter(|name| !name.is_empty())
+                .map(str::to_string),
+            control_plane: labels.is_some_and(|l| l.get(CONTROL_PLANE_LABEL).is_some()),
+        }
+    }
+}
+
+/// A VCDMachine object as its owner Machine says it is: its cluster-name and control-plane
+/// labels replaced by the Machine's, the rest untouched, with a warning that says what the
+/// VCDMachine said and what the Machine says. None when they agree (nothing to change).
+/// `display` names the VCDMachine in the warning.
+pub fn as_owner_says(
+    object: &Value,
+    owner: &OwnerMachine,
+    display: &str,
+) -> Option<(Value, String)> {
+    let labels = object.pointer("/metadata/labels");
+    let own_cluster = labels
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        .and_then(Value::as_str)
+        .filter(|name| !name.is_empty());
+    let own_control_plane = labels.is_some_and(|l| l.get(CONTROL_PLANE_LABEL).is_some());
+    if own_cluster == owner.cluster.as_deref() && own_control_plane == owner.control_plane {
+        return None;
+    }
+    let mut relabelled = object.clone();
+    let metadata = relabelled
+        .as_object_mut()?
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let labels = metadata
+        .as_object_mut()?
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !labels.is_object() {
+        *labels = Value::Object(Default::default());
+    }
+    let labels = labels.as_object_mut()?;
+    match &owner.cluster {
+        Some(cluster) => labels.insert(
+            CLUSTER_NAME_LABEL.to_string(),
+            Value::String(cluster.clone()),
+        ),
+        None => labels.remove(CLUSTER_NAME_LABEL),
+    };
+    if owner.control_plane {
+        labels
+            .entry(CONTROL_PLANE_LABEL)
+            .or_insert_with(|| Value::String(String::new()));
+    } else {
+        labels.remove(CONTROL_PLANE_LABEL);
+    }
+    let says = |cluster: Option<&str>, control_plane: bool| {
+        format!(
+            "cluster {}, {}",
+            cluster.unwrap_or("(none)"),
+            if control_plane {
+                "control plane"
+            } else {
+                "worker"
+            }
+        )
+    };
+    let warning = format!(
+        "{display} is labelled {}, but its owner Machine {} says {}: judged as the Machine says, \
+         which is what CAPVCD builds from",
+        says(own_cluster, own_control_plane),
+        owner.name,
+        says(owner.cluster.as_deref(), owner.control_plane),
+    );
+    Some((relabelled, warning))
+}
+
 /// Whether `object` and `stored` (its stored version, on an UPDATE) both name a cluster
 /// ([`cluster_name_of`]) and it is the same one: what
 /// [`Request::same_cluster_as_stored`](crate::Request::same_cluster_as_stored) says.
+///
+/// A VCDMachine whose owner Machine ([`owner_machine_name`]) is set or changed by this UPDATE
+/// is not the same either: that is the update CAPVCD waits for before it builds anything, so
+/// it is judged in full, against the cluster and role the Machine gives it.
 pub fn same_cluster(object: &Value, stored: &Value) -> bool {
-    match (cluster_name_of(object), cluster_name_of(stored)) {
+    let same_name = match (cluster_name_of(object), cluster_name_of(stored)) {
         (Some(name), Some(stored_name)) => name == stored_name,
         _ => false,
-    }
+    };
+    same_name && owner_machine_name(object) == owner_machine_name(stored)
 }
 
 /// The stored version of a machine, on an UPDATE.

@@ -3,7 +3,8 @@
 # kube-apiserver and etcd.
 #
 #   tests/e2e/run.sh                 every suite
-#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller, registry)
+#   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller,
+#                                    registry, main_crds, capi, templates)
 #   tests/e2e/run.sh admission -- invalid    one suite, tests whose name contains "invalid"
 #
 # Builds (or reuses) kube-apiserver, kubectl and etcd with tests/e2e/kube/build.sh, and the
@@ -21,7 +22,8 @@ while (($#)) && [[ "$1" != "--" ]]; do
   shift
 done
 if ((${#suites[@]} == 0)); then
-  suites=(--test admission --test lifecycle --test restarts --test deploy --test controller --test registry)
+  suites=(--test admission --test lifecycle --test restarts --test deploy --test controller --test registry
+    --test main_crds --test capi --test templates)
 fi
 [[ "${1:-}" == "--" ]] && shift
 

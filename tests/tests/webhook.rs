@@ -1651,3 +1651,265 @@ async fn a_plan_capvcd_will_not_build_is_a_warning_or_a_denial() {
     assert_eq!(response["allowed"], true, "{response}");
     assert!(response.get("warnings").is_none(), "{response}");
 }
+
+/// Cluster API's Machines of prod-eu1 as the management cluster holds them (metadata only is
+/// read): a control-plane Machine and a worker Machine.
+const MACHINES: &str = "apiVersion: cluster.x-k8s.io/v1beta1
+kind: Machine
+metadata:
+  name: prod-eu1-control-plane-7xk2p
+  namespace: prod-eu1
+  labels: {cluster.x-k8s.io/cluster-name: prod-eu1, cluster.x-k8s.io/control-plane: \"\"}
+spec: {clusterName: prod-eu1}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Machine
+metadata:
+  name: prod-eu1-md-0-q9z4m
+  namespace: prod-eu1
+  labels: {cluster.x-k8s.io/cluster-name: prod-eu1, cluster.x-k8s.io/deployment-name: prod-eu1-md-0}
+spec: {clusterName: prod-eu1}
+";
+
+/// The shipped configuration over the example cluster (paused when `paused`, as `clusterctl
+/// move` leaves it) and [`MACHINES`].
+fn app_with_machines(name: &str, paused: bool) -> App {
+    let dir = scratch(name);
+    let mut config = shipped_config(&dir);
+    let cluster = std::fs::read_to_string(workspace().join("examples/cluster.yaml"))
+        .expect("example cluster");
+    let cluster = if paused {
+        let paused = cluster.replacen(
+            "spec:\n  clusterNetwork:",
+            "spec:\n  paused: true\n  clusterNetwork:",
+            1,
+        );
+        assert_ne!(paused, cluster, "the example Cluster's spec moved");
+        paused
+    } else {
+        cluster
+    };
+    std::fs::write(dir.join("cluster.yaml"), cluster).expect("write cluster");
+    std::fs::write(dir.join("machines.yaml"), MACHINES).expect("write machines");
+    config.clusters = ClusterSourceConfig::Static {
+        files: vec![dir.join("cluster.yaml"), dir.join("machines.yaml")],
+    };
+    let clusters = static_clusters(&config);
+    App::new(host(), config, clusters).expect("policies load")
+}
+
+/// The worker fixture's CREATE with `labels`, owned by Machine `owner`, listing `extras`.
+fn owned_create(labels: Value, owner: &str, extras: Value) -> Value {
+    let mut review = fixture("vcdmachine-create-worker");
+    let object = &mut review["request"]["object"];
+    object["metadata"]["labels"] = labels;
+    object["metadata"]["ownerReferences"][0]["name"] = json!(owner);
+    object["spec"]["extraOvdcNetworks"] = extras;
+    review
+}
+
+#[test]
+fn a_vcdmachine_is_judged_by_the_cluster_and_role_of_its_owner_machine() {
+    let app = app_with_machines("owner-machine", false);
+    let control_plane = "prod-eu1-control-plane-7xk2p";
+    let dmz = json!(["storage-net", "ext-dmz-net"]);
+    let refused_on_dmz = |response: &Value| {
+        assert_eq!(response["allowed"], false, "{response}");
+        assert!(
+            causes(response)
+                .iter()
+                .any(|(field, _)| field == "spec.extraOvdcNetworks[1]"),
+            "{response}"
+        );
+    };
+    // The three ways a tenant could dress a control-plane machine as something else: no
+    // labels, another cluster's label, a worker's labels. CAPVCD reads the owner Machine, and
+    // so does nicpolicy: a control plane of prod-eu1 may not sit on ext-dmz-net.
+    for labels in [
+        json!({}),
+        json!({"cluster.x-k8s.io/cluster-name": "prod-us1"}),
+        json!({"cluster.x-k8s.io/cluster-name": "prod-eu1", "cluster.x-k8s.io/deployment-name": "prod-eu1-md-0"}),
+    ] {
+        let review = owned_create(labels.clone(), control_plane, dmz.clone());
+        let response = answer(&app, Endpoint::Validate, &review);
+        refused_on_dmz(&response);
+        if labels.as_object().is_some_and(|l| !l.is_empty()) {
+            let said = warnings(&response).join("\n");
+            assert!(
+                said.contains(&format!("its owner Machine {control_plane} says cluster prod-eu1, control plane: judged as the Machine says")),
+                "{labels}: {said}"
+            );
+        }
+    }
+    // The worker Machine's VCDMachine may use the DMZ; its labels agree, so no warning.
+    let review = owned_create(
+        json!({"cluster.x-k8s.io/cluster-name": "prod-eu1"}),
+        "prod-eu1-md-0-q9z4m",
+        dmz.clone(),
+    );
+    let response = answer(&app, Endpoint::Validate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(warnings(&response).is_empty(), "{response}");
+
+    // Before its owner exists (a MachineSet creates the VCDMachine first), its own labels
+    // decide: a worker of prod-eu1.
+    let mut review = owned_create(
+        json!({"cluster.x-k8s.io/cluster-name": "prod-eu1"}),
+        "unused",
+        dmz.clone(),
+    );
+    review["request"]["object"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    assert_eq!(answer(&app, Endpoint::Validate, &review)["allowed"], true);
+
+    // The UPDATE that sets the owner (Cluster API's Machine controller) is judged in full
+    // against the Machine's cluster and role, though the stored object had the same list.
+    let mut update = review.clone();
+    update["request"]["operation"] = json!("UPDATE");
+    update["request"]["oldObject"] = review["request"]["object"].clone();
+    update["request"]["object"]["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "name": control_plane, "uid": "m-1", "controller": true
+    }]);
+    refused_on_dmz(&answer(&app, Endpoint::Validate, &update));
+
+    // The same UPDATE to a worker's Machine, and Cluster API putting back a label the tenant
+    // removed, pass.
+    update["request"]["object"]["metadata"]["ownerReferences"][0]["name"] =
+        json!("prod-eu1-md-0-q9z4m");
+    assert_eq!(answer(&app, Endpoint::Validate, &update)["allowed"], true);
+}
+
+#[test]
+fn the_ratchet_holds_only_while_the_provider_id_stays() {
+    let app = app_with_machines("provider-id", false);
+    // Stored provisioned with a duplicate (before nicpolicy): an UPDATE that keeps the
+    // provider ID is excused, one that clears or changes it is judged in full.
+    let stored = json!(["storage-net", "storage-net"]);
+    let review = machine_update(stored.clone(), stored.clone());
+    assert_eq!(answer(&app, Endpoint::Validate, &review)["allowed"], true);
+    for provider_id in [
+        Value::Null,
+        json!("vmware-cloud-director://urn:vcloud:vm:other"),
+    ] {
+        let mut toggled = review.clone();
+        let spec = toggled["request"]["object"]["spec"]
+            .as_object_mut()
+            .unwrap();
+        match &provider_id {
+            Value::Null => spec.remove("providerID"),
+            id => spec.insert("providerID".into(), id.clone()),
+        };
+        let response = answer(&app, Endpoint::Validate, &toggled);
+        assert_eq!(response["allowed"], false, "{provider_id}: {response}");
+        assert!(
+            causes(&response)
+                .iter()
+                .any(|(field, _)| field == "spec.extraOvdcNetworks[1]"),
+            "{response}"
+        );
+    }
+
+    // The record stays: a provisioned machine's plan annotation is not rewritten.
+    let mut review = machine_update(json!(["storage-net"]), json!(["storage-net"]));
+    for object in ["object", "oldObject"] {
+        review["request"][object]["metadata"]["annotations"] =
+            json!({"nicpolicy.io/nic-plan": "{\"policy\":\"as built\",\"nics\":[]}"});
+    }
+    let response = answer(&app, Endpoint::Mutate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        response.get("patch").is_none_or(Value::is_null),
+        "{response}"
+    );
+}
+
+/// A CREATE of the provisioned worker fixture with `extras`, as `clusterctl move` writes it.
+fn moved_create(extras: Value) -> Value {
+    let mut review = machine_update(extras.clone(), extras);
+    review["request"]["operation"] = json!("CREATE");
+    review["request"]["oldObject"] = Value::Null;
+    review
+}
+
+#[test]
+fn a_machine_moved_or_restored_into_a_paused_cluster_is_taken_as_built() {
+    let app = app_with_machines("moved", true);
+    // A stored violation the ratchet would excuse: admitted, as a warning.
+    let review = moved_create(json!(["storage-net", "storage-net"]));
+    let response = answer(&app, Endpoint::Validate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        warnings(&response).iter().any(|w| w
+            .starts_with("already built, not enforced on this create: spec.extraOvdcNetworks[1]")),
+        "{response}"
+    );
+    // A provisioned worker with no extra networks: not defaulted, no plan for NICs it lacks.
+    let mut review = moved_create(json!([]));
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"nicpolicy.io/nic-plan": "{\"policy\":\"as built\",\"nics\":[]}"});
+    let response = answer(&app, Endpoint::Mutate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        response.get("patch").is_none_or(Value::is_null),
+        "{response}"
+    );
+    assert_eq!(answer(&app, Endpoint::Validate, &review)["allowed"], true);
+
+    // Outside a paused cluster a provider ID on a CREATE proves nothing: judged in full.
+    let app = app_with_machines("not-moved", false);
+    let response = answer(
+        &app,
+        Endpoint::Validate,
+        &moved_create(json!(["storage-net", "storage-net"])),
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        warnings(&response)
+            .iter()
+            .any(|w| w.contains("outside a paused cluster: judged in full")),
+        "{response}"
+    );
+}
+
+#[test]
+fn cluster_apis_topology_dry_run_skips_immutability_not_structure() {
+    let app = app_with_machines("topology-dry-run", false);
+    // A provisioned machine's NIC list changed: the frozen-list rule denies...
+    let changed = machine_update(
+        json!(["storage-net"]),
+        json!(["storage-net", "workload-net"]),
+    );
+    assert_eq!(answer(&app, Endpoint::Validate, &changed)["allowed"], false);
+    // ... but not in the topology controller's dry run (dryRun and its annotation).
+    let mut dry = changed.clone();
+    dry["request"]["dryRun"] = json!(true);
+    dry["request"]["object"]["metadata"]["annotations"] =
+        json!({"topology.cluster.x-k8s.io/dry-run": ""});
+    let response = answer(&app, Endpoint::Validate, &dry);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        warnings(&response)
+            .iter()
+            .any(|w| w.starts_with("not enforced in Cluster API's topology dry run")),
+        "{response}"
+    );
+    // The annotation alone (no dry run) is not the topology's, and a structural violation
+    // still denies in a dry run.
+    let mut annotated = changed.clone();
+    annotated["request"]["object"]["metadata"]["annotations"] =
+        json!({"topology.cluster.x-k8s.io/dry-run": ""});
+    assert_eq!(
+        answer(&app, Endpoint::Validate, &annotated)["allowed"],
+        false
+    );
+    let mut duplicate = dry.clone();
+    duplicate["request"]["object"]["spec"]["extraOvdcNetworks"] =
+        json!(["storage-net", "storage-net"]);
+    assert_eq!(
+        answer(&app, Endpoint::Validate, &duplicate)["allowed"],
+        false
+    );
+}

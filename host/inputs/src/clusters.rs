@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use nicpolicy_plugin::Cluster;
 use serde_json::Value;
 
-pub use nicpolicy_plugin::objects::cluster_name_of;
 use nicpolicy_plugin::objects::{self, cluster_from_object};
+pub use nicpolicy_plugin::objects::{cluster_name_of, OwnerMachine};
 
 use crate::manifest::{ManifestError, ManifestFile};
 
@@ -55,6 +55,71 @@ pub trait ClusterSource: Send + Sync {
     fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
         let _ = namespace;
         Vec::new()
+    }
+
+    /// Whether Cluster API cluster `cluster_name` in `namespace` is paused (`spec.paused`), as
+    /// `clusterctl move` pauses it while it copies the objects; false when not known.
+    fn cluster_paused(&self, namespace: &str, cluster_name: &str) -> bool {
+        let _ = (namespace, cluster_name);
+        false
+    }
+
+    /// Cluster API Machine `name` in `namespace` (its labels), when the source knows it.
+    fn machine(&self, namespace: &str, name: &str) -> Option<OwnerMachine> {
+        let _ = (namespace, name);
+        None
+    }
+
+    /// Whether the source holds Machines at all (cluster files often hold none): where it
+    /// does not, an owner Machine it does not know is no news.
+    fn knows_machines(&self) -> bool {
+        false
+    }
+}
+
+/// Whether a Cluster object is paused (`spec.paused: true`).
+pub fn is_paused(cluster: &Value) -> bool {
+    cluster.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+}
+
+/// How a VCDMachine's owner Machine bears on its judgement ([`as_capvcd_reads`]).
+#[derive(Debug)]
+pub enum Owner {
+    /// Not a VCDMachine, or no owner Machine yet (Cluster API's MachineSet creates the
+    /// VCDMachine first), or a source that holds no Machines: judged by its own labels.
+    None,
+    /// The owner Machine's labels agree with the VCDMachine's.
+    Agrees,
+    /// They disagree: the VCDMachine as the Machine says (relabelled), and the warning.
+    Relabelled(Value, String),
+    /// The owner Machine is named but not known to the source (not created yet, or not in
+    /// the cache): judged by its own labels, with this warning.
+    Missing(String),
+}
+
+/// A VCDMachine object as CAPVCD reads it: CAPVCD takes the cluster and the role from the owner
+/// Machine ([`objects::owner_machine_name`]), never from the VCDMachine's labels, so where the
+/// Machine is known its labels decide ([`objects::as_owner_says`]). The one rule of the
+/// webhook, the controller, `audit` and `review` (docs/schema.md, "Finding a machine's
+/// cluster").
+pub fn as_capvcd_reads(source: &dyn ClusterSource, object: &Value, display: &str) -> Owner {
+    if object.get("kind").and_then(Value::as_str) != Some("VCDMachine") {
+        return Owner::None;
+    }
+    let Some(name) = objects::owner_machine_name(object) else {
+        return Owner::None;
+    };
+    let namespace = namespace_of(object);
+    match source.machine(namespace, name) {
+        Some(owner) => match objects::as_owner_says(object, &owner, display) {
+            Some((relabelled, warning)) => Owner::Relabelled(relabelled, warning),
+            None => Owner::Agrees,
+        },
+        None if !source.knows_machines() => Owner::None,
+        None => Owner::Missing(format!(
+            "{display} is owned by Machine {name}, which is not known (yet): judged by the \
+             VCDMachine's own labels"
+        )),
     }
 }
 
@@ -115,6 +180,8 @@ pub struct StaticClusters {
     vcd_clusters: HashMap<Key, Value>,
     cluster_templates: HashMap<Key, Value>,
     classes: HashMap<Key, Value>,
+    /// Cluster API Machines: what a VCDMachine's owner says of its cluster and role.
+    machines: HashMap<Key, OwnerMachine>,
     /// The VCDClusters and VCDClusterTemplates of each file, for machines that name no cluster.
     by_file: HashMap<PathBuf, (Vec<Key>, Vec<Key>)>,
 }
@@ -139,7 +206,8 @@ impl StaticClusters {
         Ok(source)
     }
 
-    /// Adds the Clusters, VCDClusters, VCDClusterTemplates and ClusterClasses of `file`. They
+    /// Adds the Clusters, Machines, VCDClusters, VCDClusterTemplates and ClusterClasses of
+    /// `file`. They
     /// are read when a machine is matched with them: a bad one fails that machine only.
     pub fn add(&mut self, file: &ManifestFile) {
         let (vcds, templates) = self.by_file.entry(file.path.clone()).or_default();
@@ -152,6 +220,11 @@ impl StaticClusters {
                 .unwrap_or("");
             let capi = api_version.starts_with("cluster.x-k8s.io/");
             let map = match object.kind() {
+                "Machine" if capi => {
+                    self.machines
+                        .insert(key, OwnerMachine::from_object(&object.value));
+                    continue;
+                }
                 "Cluster" if capi => &mut self.clusters,
                 "ClusterClass" if capi => &mut self.classes,
                 // A file read twice (`eval --cluster` naming the machine file) counts once.
@@ -375,6 +448,22 @@ fn class_ref<'a>(value: &'a Value, at: &str) -> Option<(&'a str, &'a str)> {
 }
 
 impl ClusterSource for StaticClusters {
+    fn cluster_paused(&self, namespace: &str, cluster_name: &str) -> bool {
+        self.clusters
+            .get(&(namespace.to_string(), cluster_name.to_string()))
+            .is_some_and(is_paused)
+    }
+
+    fn machine(&self, namespace: &str, name: &str) -> Option<OwnerMachine> {
+        self.machines
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn knows_machines(&self) -> bool {
+        !self.machines.is_empty()
+    }
+
     fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
         let mut names: Vec<String> = self
             .vcd_clusters

@@ -12,7 +12,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cases::{self, CaseError};
-use crate::clusters::{cluster_name_of, namespace_of, ClusterGroup, StaticClusters};
+use crate::clusters::{
+    as_capvcd_reads, cluster_name_of, namespace_of, ClusterGroup, Owner, StaticClusters,
+};
 use crate::manifest::{ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS};
 
 /// The kinds audited.
@@ -38,6 +40,23 @@ pub struct ObjectId {
     /// `metadata.uid`, for objects read from an API server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// Its `apiVersion` as read (from an API server: the version it was listed at), for
+    /// references to it in reports and Events.
+    #[serde(skip)]
+    pub api_version: Option<String>,
+}
+
+impl ObjectId {
+    /// The `apiVersion` to name this object by: as read, else CAPVCD's released storage version.
+    pub fn api_version(&self) -> String {
+        self.api_version.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}",
+                crate::manifest::CAPVCD_GROUP,
+                SUPPORTED_VERSIONS[0]
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -50,6 +69,7 @@ impl ObjectId {
             name: name.into(),
             source: None,
             uid: None,
+            api_version: None,
         }
     }
 }
@@ -186,6 +206,11 @@ impl Inputs {
                 .pointer("/metadata/uid")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            api_version: object
+                .value
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         };
         let named_group = cluster_name_of(&object.value).map(|name| ClusterGroup {
             kind: "Cluster",
@@ -200,6 +225,21 @@ impl Inputs {
                 cluster_unknown: None,
             };
         }
+        // As CAPVCD reads it: a VCDMachine's cluster and role are its owner Machine's, where the
+        // Machine is among the inputs (a live cluster's are; manifest folders rarely hold any).
+        let relabelled = match as_capvcd_reads(&self.clusters, &object.value, &id.to_string()) {
+            Owner::Relabelled(value, _) => Some(Object {
+                value,
+                position: object.position.clone(),
+            }),
+            Owner::None | Owner::Agrees | Owner::Missing(_) => None,
+        };
+        let object = relabelled.as_ref().unwrap_or(object);
+        let named_group = cluster_name_of(&object.value).map(|name| ClusterGroup {
+            kind: "Cluster",
+            namespace: namespace.to_string(),
+            name,
+        });
         let machine = match file.machine_object(object) {
             Ok(machine) => machine,
             Err(err) => {
@@ -263,8 +303,8 @@ pub fn unsupported_version(object: &Value) -> Option<Problem> {
     (group == CAPVCD_GROUP && VERSIONS_WITHOUT_NETWORKS.contains(&version)).then(|| {
         Problem::Unsupported(format!(
             "not checked: {api_version} has no network fields (spec.extraOvdcNetworks came with {CAPVCD_GROUP}/{}); \
-             the API server stores it as {CAPVCD_GROUP}/{}, so audit the cluster or convert the manifest",
-            SUPPORTED_VERSIONS[1], SUPPORTED_VERSIONS[0]
+             the API server stores it as {CAPVCD_GROUP}/{} (CAPVCD v1.3.2) or {} (main), so audit the cluster or convert the manifest",
+            SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[1]
         ))
     })
 }

@@ -6,38 +6,62 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::Value;
 
 use crate::clusters::namespace_of;
-use crate::manifest::{ManifestFile, Object, CAPVCD_GROUP};
+use crate::clusters::versions::{self, VersionError, Wanted};
+use crate::manifest::{ManifestFile, Object};
 
 /// Objects per list call: large lists come in pages, as kubectl fetches them.
 const PAGE: u32 = 500;
 
-/// The resources an audit reads: `(group, kind, plural)`; Cluster API's at
-/// `cluster_api_version`, CAPVCD's at v1beta3 (the version the API server stores).
-pub fn resources(cluster_api_version: &str) -> Vec<ApiResource> {
-    let capvcd = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", kind),
-            plural,
-        )
-    };
-    let capi = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", cluster_api_version, kind),
-            plural,
-        )
-    };
-    vec![
-        capvcd("VCDMachine", "vcdmachines"),
-        capvcd("VCDMachineTemplate", "vcdmachinetemplates"),
-        capvcd("VCDCluster", "vcdclusters"),
-        capvcd("VCDClusterTemplate", "vcdclustertemplates"),
-        capi("Cluster", "clusters"),
-        capi("ClusterClass", "clusterclasses"),
+/// The kinds an audit reads: CAPVCD's at the newest version the API server serves of
+/// [`versions::CAPVCD_READABLE`], Cluster API's at `cluster_api_version` when given, else at
+/// the newest served of [`versions::CLUSTER_API_READABLE`].
+pub fn wanted<'a>(cluster_api_version: Option<&'a [&'a str; 1]>) -> [Wanted<'a>; 7] {
+    let pinned = cluster_api_version.map(|v| &v[..]);
+    [
+        Wanted::capvcd("VCDMachine"),
+        Wanted::capvcd("VCDMachineTemplate"),
+        Wanted::capvcd("VCDCluster"),
+        Wanted::capvcd("VCDClusterTemplate"),
+        Wanted::cluster_api("Cluster", pinned),
+        Wanted::cluster_api("ClusterClass", pinned),
+        // A VCDMachine's cluster and role are its owner Machine's (labels only are kept).
+        Wanted::cluster_api("Machine", pinned),
     ]
+}
+
+/// What is kept of an object of `resource`: [`keep_audited_fields`], and of a Machine its
+/// metadata alone ([`keep_owner_fields`]).
+pub fn trimmer(resource: &ApiResource) -> fn(&mut DynamicObject) {
+    if resource.kind == "Machine" {
+        keep_owner_fields
+    } else {
+        keep_audited_fields
+    }
+}
+
+/// Of a Machine, what a VCDMachine's judgement reads: its name, namespace and labels.
+pub fn keep_owner_fields(object: &mut DynamicObject) {
+    keep_audited_fields(object);
+    object.metadata.annotations = None;
+    object.metadata.owner_references = None;
+    object.data = Value::Object(Default::default());
+}
+
+/// The resources an audit reads, as the API server serves them (see [`wanted`]); kinds it does
+/// not serve are named in [`versions::Resolved::missing`].
+///
+/// # Errors
+/// Discovery failed, or a kind is served only at versions nicpolicy cannot read.
+pub async fn resources(
+    client: &kube::Client,
+    cluster_api_version: Option<&str>,
+) -> Result<versions::Resolved, VersionError> {
+    let pinned = cluster_api_version.map(|v| [v]);
+    versions::resolve(client, &wanted(pinned.as_ref())).await
 }
 
 /// An object served by the API as a manifest would hold it: list items carry no `apiVersion`
@@ -109,15 +133,21 @@ pub fn files_by_namespace(values: Vec<Value>) -> Vec<ManifestFile> {
 /// returned notes.
 ///
 /// # Errors
-/// Any other API error (no access, server unreachable).
+/// Any other API error (no access, server unreachable), or a kind served only at versions
+/// nicpolicy cannot read.
 pub async fn list(
     client: kube::Client,
     namespaces: &[String],
-    cluster_api_version: &str,
-) -> Result<(Vec<ManifestFile>, Vec<String>), kube::Error> {
+    cluster_api_version: Option<&str>,
+) -> Result<(Vec<ManifestFile>, Vec<String>), LiveError> {
     let mut values = Vec::new();
-    let mut notes = Vec::new();
-    for resource in resources(cluster_api_version) {
+    let found = resources(&client, cluster_api_version).await?;
+    let mut notes: Vec<String> = found
+        .missing
+        .iter()
+        .map(|missing| format!("{missing}; none read"))
+        .collect();
+    for resource in found.resources {
         let apis: Vec<Api<DynamicObject>> = if namespaces.is_empty() {
             vec![Api::all_with(client.clone(), &resource)]
         } else {
@@ -136,11 +166,22 @@ pub async fn list(
                     ));
                     break;
                 }
-                Err(err) => return Err(err),
+                Err(err) => return Err(err.into()),
             }
         }
     }
     Ok((files_by_namespace(values), notes))
+}
+
+/// Why a live cluster could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// Which versions to read could not be found.
+    #[error(transparent)]
+    Versions(#[from] VersionError),
+    /// A list call failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
 }
 
 async fn list_all(
@@ -150,7 +191,9 @@ async fn list_all(
 ) -> Result<(), kube::Error> {
     let mut params = ListParams::default().limit(PAGE);
     loop {
-        let page = api.list(&params).await?;
+        let mut page = api.list(&params).await?;
+        let trim = trimmer(resource);
+        page.items.iter_mut().for_each(trim);
         into.extend(page.items.iter().map(|o| object_value(o, resource)));
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
             Some(token) => params = params.continue_token(&token),
@@ -193,7 +236,14 @@ mod tests {
             "spec": {"extraOvdcNetworks": ["storage-net", "storage-net"]},
             "status": {"ready": true, "bootstrapped": true}
         });
-        let resource = &resources("v1beta1")[0];
+        let resource = &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                nicpolicy_plugin::objects::CAPVCD_GROUP,
+                "v1beta2",
+                "VCDMachine",
+            ),
+            "vcdmachines",
+        );
         let mut object: DynamicObject = serde_json::from_value(full.clone()).expect("object");
         keep_audited_fields(&mut object);
         let kept = object_value(&object, resource);

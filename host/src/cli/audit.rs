@@ -38,9 +38,10 @@ pub struct AuditArgs {
     /// Only this namespace (repeatable); every namespace when omitted.
     #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
     namespaces: Vec<String>,
-    /// The Cluster API version Clusters and ClusterClasses are read at, in a live cluster.
-    #[arg(long, value_name = "VERSION", default_value = "v1beta1")]
-    cluster_api_version: String,
+    /// The Cluster API version Clusters and ClusterClasses are read at, in a live cluster
+    /// [default: the newest the API server serves of v1beta2, v1beta1].
+    #[arg(long, value_name = "VERSION")]
+    cluster_api_version: Option<String>,
     /// The org VDC's networks (see docs/schema.md); with it, unknown networks are denied.
     #[arg(long, value_name = "FILE")]
     inventory: Option<PathBuf>,
@@ -277,7 +278,7 @@ fn live_files(args: &AuditArgs) -> anyhow::Result<(Vec<ManifestFile>, Vec<String
         };
         let server = config.cluster_url.to_string();
         let client = kube::Client::try_from(config).context("cannot create the API client")?;
-        nicpolicy::audit::live::list(client, &args.namespaces, &args.cluster_api_version)
+        nicpolicy::audit::live::list(client, &args.namespaces, args.cluster_api_version.as_deref())
             .await
             .with_context(|| format!("cannot list the machines of {server}"))
     })

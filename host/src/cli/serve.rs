@@ -114,6 +114,19 @@ async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
     app.watch_for_changes()
         .context("cannot start the reload watcher")
         .map_err(runtime)?;
+    // Whether kube-apiserver sends the reviews at all: the CAPVCD CRDs' served versions against
+    // the registered ones (nicpolicy::guard). Needs the API; without it, said once.
+    match kube::Client::try_default().await {
+        Ok(client) => nicpolicy::guard::watch(
+            client,
+            app.reviewer().metrics().unguarded_kinds.clone(),
+            "nicpolicy-webhook",
+        ),
+        Err(err) => tracing::info!(
+            error = %err,
+            "no Kubernetes API: whether the CRDs serve the registered versions is not checked"
+        ),
+    }
     let served = app.reviewer().policies().get();
     for (kind, chain) in &served.chains {
         tracing::info!(kind = kind.as_str(), policies = %chain.name(), "serving");
@@ -141,7 +154,10 @@ async fn cluster_source(config: &ClusterSourceConfig) -> Result<Arc<dyn ClusterS
             let client = kube::Client::try_default().await.context(
                 "cannot reach the Kubernetes API (in-cluster config or KUBECONFIG); pass --clusters FILE to run without it",
             ).map_err(runtime)?;
-            Ok(Arc::new(KubeClusters::start(client, cluster_api_version)))
+            Ok(Arc::new(KubeClusters::start(
+                client,
+                cluster_api_version.as_deref(),
+            )))
         }
     }
 }

@@ -1,61 +1,159 @@
 //! The live cluster lookup: watch-fed caches (kube-rs reflectors) of the API server's Clusters
-//! and VCDClusters, so a review never waits on an API call. The webhook and the controller
+//! and VCDClusters, and of its Machines' metadata (a VCDMachine's cluster and role are its owner
+//! Machine's), so a review never waits on an API call. The webhook and the controller
 //! use it; everything else finds clusters in files ([`super::StaticClusters`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use nicpolicy_plugin::objects::CAPVCD_GROUP;
+use nicpolicy_plugin::schema::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
 use nicpolicy_plugin::Cluster;
 use serde_json::Value;
 
-use super::{infrastructure_ref, read_vcd_cluster, ClusterSource, LookupError};
+use super::versions::{self, Wanted};
+use super::{infrastructure_ref, read_vcd_cluster, ClusterSource, LookupError, OwnerMachine};
 
 /// Watch-fed caches of Cluster and VCDCluster objects (kube-rs reflectors).
 pub struct KubeClusters {
+    caches: Arc<OnceLock<Caches>>,
+    ready: Arc<AtomicBool>,
+}
+
+/// The caches, once the versions to watch are known.
+struct Caches {
     clusters: Store<DynamicObject>,
     vcd_clusters: Store<DynamicObject>,
     cluster_resource: ApiResource,
     vcd_resource: ApiResource,
-    ready: Arc<AtomicBool>,
+    /// Machines, metadata only; None where Cluster API's Machine is not served.
+    machines: Option<(Store<PartialObjectMeta<DynamicObject>>, ApiResource)>,
 }
 
+/// How long to wait before asking discovery again, at most.
+const DISCOVERY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 impl KubeClusters {
-    /// Starts watching both kinds in every namespace. Must be called inside a Tokio runtime;
-    /// the watches run until the process ends, backing off and relisting on errors.
-    pub fn start(client: kube::Client, cluster_api_version: &str) -> KubeClusters {
-        let cluster_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", cluster_api_version, "Cluster"),
-            "clusters",
-        );
-        let vcd_resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(CAPVCD_GROUP, "v1beta3", "VCDCluster"),
-            "vcdclusters",
-        );
+    /// Starts watching both kinds in every namespace, each at the version the API server serves
+    /// (found through discovery; Cluster at `cluster_api_version` when the configuration pins
+    /// one). Must be called inside a Tokio runtime. Until discovery answered and both caches
+    /// synced, lookups answer [`LookupError::NotReady`]; discovery is asked again with a backoff,
+    /// and the watches run until the process ends, backing off and relisting on errors.
+    pub fn start(client: kube::Client, cluster_api_version: Option<&str>) -> KubeClusters {
+        let caches = Arc::new(OnceLock::new());
         let ready = Arc::new(AtomicBool::new(false));
-        let clusters = watch(client.clone(), &cluster_resource);
-        let vcd_clusters = watch(client, &vcd_resource);
-        let (a, b, flag) = (clusters.clone(), vcd_clusters.clone(), ready.clone());
+        let pinned = cluster_api_version.map(str::to_string);
+        let (slot, flag) = (caches.clone(), ready.clone());
         tokio::spawn(async move {
-            let (first, second) = futures::join!(a.wait_until_ready(), b.wait_until_ready());
-            if first.is_ok() && second.is_ok() {
+            let (cluster_resource, vcd_resource, machine_resource) =
+                discover(&client, pinned.as_deref()).await;
+            let clusters = watch(client.clone(), &cluster_resource);
+            let vcd_clusters = watch(client.clone(), &vcd_resource);
+            let machines =
+                machine_resource.map(|resource| (watch_metadata(client, &resource), resource));
+            let (a, b) = (clusters.clone(), vcd_clusters.clone());
+            let c = machines.as_ref().map(|(store, _)| store.clone());
+            let _ = slot.set(Caches {
+                clusters,
+                vcd_clusters,
+                cluster_resource,
+                vcd_resource,
+                machines,
+            });
+            let machines_synced = async {
+                match c {
+                    Some(store) => store.wait_until_ready().await.is_ok(),
+                    None => true,
+                }
+            };
+            let (first, second, third) =
+                futures::join!(a.wait_until_ready(), b.wait_until_ready(), machines_synced);
+            if first.is_ok() && second.is_ok() && third {
                 flag.store(true, Ordering::Release);
                 tracing::info!("cluster caches synced");
             }
         });
-        KubeClusters {
-            clusters,
-            vcd_clusters,
-            cluster_resource,
-            vcd_resource,
-            ready,
+        KubeClusters { caches, ready }
+    }
+
+    fn caches(&self) -> Result<&Caches, LookupError> {
+        match self.caches.get() {
+            Some(caches) if self.ready() => Ok(caches),
+            _ => Err(LookupError::NotReady),
         }
     }
+}
+
+/// The Cluster, VCDCluster and (when served) Machine resources to watch, asked of discovery
+/// until it answers with versions nicpolicy reads. Each failure is logged once per attempt with
+/// what was served.
+async fn discover(
+    client: &kube::Client,
+    cluster_api_version: Option<&str>,
+) -> (ApiResource, ApiResource, Option<ApiResource>) {
+    let pinned = cluster_api_version.map(|v| [v]);
+    let pinned = pinned.as_ref().map(|p| &p[..]);
+    let wanted = [
+        Wanted::cluster_api("Cluster", pinned),
+        Wanted::capvcd("VCDCluster"),
+        Wanted::cluster_api("Machine", pinned),
+    ];
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let why = match versions::resolve(client, &wanted).await {
+            Ok(found) => match (found.get("Cluster"), found.get("VCDCluster")) {
+                (Some(cluster), Some(vcd)) => {
+                    let machine = found.get("Machine").cloned();
+                    tracing::info!(
+                        cluster = %cluster.api_version,
+                        vcd_cluster = %vcd.api_version,
+                        machine = %machine.as_ref().map(|m| m.api_version.as_str()).unwrap_or("not served"),
+                        "watching Clusters, VCDClusters and Machines at the versions the API server serves"
+                    );
+                    return (cluster.clone(), vcd.clone(), machine);
+                }
+                _ => found.missing.join("; "),
+            },
+            Err(err) => err.to_string(),
+        };
+        tracing::warn!(error = %why, retry_in_s = wait.as_secs(), "cannot watch clusters yet: not ready");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(DISCOVERY_BACKOFF_MAX);
+    }
+}
+
+/// A metadata-only reflector (labels and owners are all that is read of a Machine).
+fn watch_metadata(
+    client: kube::Client,
+    resource: &ApiResource,
+) -> Store<PartialObjectMeta<DynamicObject>> {
+    // An Api of PartialObjectMeta asks for metadata only.
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, resource);
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let kind = resource.kind.clone();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|meta| {
+            meta.metadata.managed_fields = None;
+            meta.metadata.annotations = None;
+        })
+        .reflect(writer)
+        .applied_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(err) = event {
+                tracing::warn!(kind = %kind, error = %err, "watch error; retrying");
+            }
+        }
+    });
+    reader
 }
 
 fn watch(client: kube::Client, resource: &ApiResource) -> Store<DynamicObject> {
@@ -79,16 +177,46 @@ fn watch(client: kube::Client, resource: &ApiResource) -> Store<DynamicObject> {
 }
 
 impl ClusterSource for KubeClusters {
-    fn vcd_cluster(&self, namespace: &str, cluster_name: &str) -> Result<Cluster, LookupError> {
-        if !self.ready() {
-            return Err(LookupError::NotReady);
-        }
+    fn cluster_paused(&self, namespace: &str, cluster_name: &str) -> bool {
+        let Ok(caches) = self.caches() else {
+            return false;
+        };
         let key =
-            ObjectRef::new_with(cluster_name, self.cluster_resource.clone()).within(namespace);
-        let cluster = self.clusters.get(&key).ok_or_else(|| {
+            ObjectRef::new_with(cluster_name, caches.cluster_resource.clone()).within(namespace);
+        caches
+            .clusters
+            .get(&key)
+            .is_some_and(|cluster| cluster.data.pointer("/spec/paused") == Some(&Value::Bool(true)))
+    }
+
+    fn knows_machines(&self) -> bool {
+        self.caches
+            .get()
+            .is_some_and(|caches| caches.machines.is_some())
+    }
+
+    fn machine(&self, namespace: &str, name: &str) -> Option<OwnerMachine> {
+        let (store, resource) = self.caches.get()?.machines.as_ref()?;
+        let meta = store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))?;
+        let labels = meta.metadata.labels.as_ref();
+        Some(OwnerMachine {
+            name: name.to_string(),
+            cluster: labels
+                .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+                .filter(|c| !c.is_empty())
+                .cloned(),
+            control_plane: labels.is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL)),
+        })
+    }
+
+    fn vcd_cluster(&self, namespace: &str, cluster_name: &str) -> Result<Cluster, LookupError> {
+        let caches = self.caches()?;
+        let key =
+            ObjectRef::new_with(cluster_name, caches.cluster_resource.clone()).within(namespace);
+        let cluster = caches.clusters.get(&key).ok_or_else(|| {
             LookupError::NotFound(format!(
                 "no Cluster {namespace}/{cluster_name} (cluster.x-k8s.io/{})",
-                self.cluster_resource.version
+                caches.cluster_resource.version
             ))
         })?;
         let cluster = serde_json::to_value(cluster.as_ref()).map_err(|err| {
@@ -96,8 +224,8 @@ impl ClusterSource for KubeClusters {
         })?;
         let vcd_name =
             infrastructure_ref(&cluster, &format!("Cluster {namespace}/{cluster_name}"))?;
-        let key = ObjectRef::new_with(&vcd_name, self.vcd_resource.clone()).within(namespace);
-        let vcd = self.vcd_clusters.get(&key).ok_or_else(|| {
+        let key = ObjectRef::new_with(&vcd_name, caches.vcd_resource.clone()).within(namespace);
+        let vcd = caches.vcd_clusters.get(&key).ok_or_else(|| {
             LookupError::NotFound(format!(
                 "Cluster {namespace}/{cluster_name} points at VCDCluster {vcd_name}, which does not exist"
             ))
@@ -108,7 +236,7 @@ impl ClusterSource for KubeClusters {
         // Objects served by the API carry their version; make sure the reader sees it.
         if let Some(map) = vcd.as_object_mut() {
             map.entry("apiVersion")
-                .or_insert_with(|| Value::String(self.vcd_resource.api_version.clone()));
+                .or_insert_with(|| Value::String(caches.vcd_resource.api_version.clone()));
             map.entry("kind")
                 .or_insert_with(|| Value::String("VCDCluster".to_string()));
         }
@@ -120,7 +248,10 @@ impl ClusterSource for KubeClusters {
     }
 
     fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {
-        let mut names: Vec<String> = self
+        let Some(caches) = self.caches.get() else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = caches
             .vcd_clusters
             .state()
             .iter()

@@ -5,5 +5,7 @@
 
 #[cfg(feature = "webhook")]
 pub mod live;
+#[cfg(feature = "webhook")]
+pub mod versions;
 
 pub use nicpolicy_inputs::clusters::*;

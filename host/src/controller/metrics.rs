@@ -59,6 +59,8 @@ pub struct Metrics {
     pub retries_waiting: Gauge,
     /// Loaded configuration generation.
     pub policy_generation: Gauge,
+    /// CAPVCD kinds whose writes reach no nicpolicy webhook ([`crate::guard`]).
+    pub unguarded_kinds: crate::guard::UnguardedGauge,
 }
 
 impl Default for Metrics {
@@ -83,7 +85,9 @@ impl Metrics {
             leader: Gauge::default(),
             retries_waiting: Gauge::default(),
             policy_generation: Gauge::default(),
+            unguarded_kinds: crate::guard::UnguardedGauge::default(),
         };
+        crate::guard::register(&mut registry, &metrics.unguarded_kinds);
         registry.register(
             "objects",
             "Audited objects by result",

@@ -98,6 +98,9 @@ pub enum ControllerError {
     /// The API server refused a start-up request.
     #[error("{0}")]
     Kube(#[from] kube::Error),
+    /// The versions to watch could not be found.
+    #[error("{0}")]
+    Versions(#[from] crate::clusters::versions::VersionError),
 }
 
 /// The served chains of a snapshot, by kind.
@@ -284,9 +287,14 @@ pub async fn run(
         ClusterSourceConfig::Kubernetes {
             cluster_api_version,
         } => cluster_api_version.clone(),
-        ClusterSourceConfig::Static { .. } => "v1beta1".to_string(),
+        ClusterSourceConfig::Static { .. } => None,
     };
-    let watched = start_watches(&client, &cluster_api_version, &shared).await?;
+    let watched = start_watches(&client, cluster_api_version.as_deref(), &shared).await?;
+    crate::guard::watch(
+        client.clone(),
+        shared.metrics.unguarded_kinds.clone(),
+        "nicpolicy-controller",
+    );
     if let Some(first) = watched.first() {
         tokio::spawn(probe_api_server(
             Api::all_with(client.clone(), &first.resource),
@@ -346,29 +354,26 @@ fn load(
 /// object's namespace.
 async fn start_watches(
     client: &kube::Client,
-    cluster_api_version: &str,
+    cluster_api_version: Option<&str>,
     shared: &Arc<Shared>,
 ) -> Result<Vec<Watched>, ControllerError> {
     let mut watched = Vec::new();
-    for resource in live::resources(cluster_api_version) {
+    // Each kind at the version the API server serves; a CRD that is not installed (no
+    // ClusterClass, no VCDClusterTemplate) is left out: a watch on it would never sync.
+    let found = live::resources(client, cluster_api_version).await?;
+    for missing in &found.missing {
+        tracing::info!("{missing}; not watched");
+    }
+    for resource in found.resources {
+        tracing::info!(kind = %resource.kind, version = %resource.api_version, "watching");
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        // A CRD that is not installed (no ClusterClass, no VCDClusterTemplate) is left out: a
-        // watch on it would never sync.
-        match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                tracing::info!(kind = %resource.kind, version = %resource.api_version, "not served by this cluster; not watched");
-                continue;
-            }
-            Err(err) => return Err(err.into()),
-        }
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         // Only the fields an audit reads are kept: at 10,000 machines the caches are most of
         // the controller's memory (docs/benchmarks.md).
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(live::keep_audited_fields)
+            .modify(live::trimmer(&resource))
             .reflect(writer);
         let shared_for_task = shared.clone();
         let kind = resource.kind.clone();

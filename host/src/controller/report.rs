@@ -87,7 +87,7 @@ fn cut(text: &str) -> String {
 fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     let resource = {
         let mut r = json!({
-            "apiVersion": format!("{}/v1beta3", crate::manifest::CAPVCD_GROUP),
+            "apiVersion": finding.object.api_version(),
             "kind": finding.object.kind,
             "namespace": finding.object.namespace,
             "name": finding.object.name,

@@ -400,7 +400,7 @@ impl Worker {
                 note.push_str("...");
             }
             let reference = ObjectReference {
-                api_version: Some(format!("{}/v1beta3", crate::manifest::CAPVCD_GROUP)),
+                api_version: Some(finding.object.api_version()),
                 kind: Some(finding.object.kind.clone()),
                 name: Some(finding.object.name.clone()),
                 namespace: Some(namespace.to_string()),

@@ -108,6 +108,8 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Bytes of request bodies held now.
     pub request_bytes_buffered: Gauge,
+    /// CAPVCD kinds whose writes reach no nicpolicy webhook ([`crate::guard`]).
+    pub unguarded_kinds: crate::guard::UnguardedGauge,
 }
 
 impl Default for Metrics {
@@ -136,6 +138,8 @@ impl Metrics {
         let connections_open = Gauge::default();
         let connections_refused = Counter::default();
         let request_bytes_buffered = Gauge::default();
+        let unguarded_kinds = crate::guard::UnguardedGauge::default();
+        crate::guard::register(&mut registry, &unguarded_kinds);
         registry.register("reviews", "Admission reviews answered", reviews.clone());
         registry.register(
             "evaluation_duration_seconds",
@@ -212,6 +216,7 @@ impl Metrics {
             connections_open,
             connections_refused,
             request_bytes_buffered,
+            unguarded_kinds,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::DynamicObject;
-use nicpolicy_plugin::lifecycle::unknown_cluster_warning;
+use nicpolicy_plugin::lifecycle::{is_topology_dry_run, unknown_cluster_warning};
 use nicpolicy_plugin::objects::{
     machine_from_object, policy_request, same_cluster, Stored, CAPVCD_GROUP,
 };
@@ -16,10 +16,13 @@ use super::admission::{
     allow, deleting, deny, failure_answer, fill_metadata, invalid, review_request, Answer,
 };
 use super::review::{Endpoint, Job, Reviewer};
-use crate::clusters::{cluster_name_of, LookupError};
+use crate::clusters::{as_capvcd_reads, cluster_name_of, LookupError, Owner};
 use crate::served::config::{FailureMode, UnknownClusterMode};
 use crate::served::Served;
 use crate::stages::{self, Stage};
+
+/// Cluster API's annotation that pauses one object's reconciliation (`annotations.IsPaused`).
+const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 
 /// The objects of a review, read.
 struct Objects {
@@ -29,6 +32,11 @@ struct Objects {
     machine: Machine,
     /// The stored version, on an UPDATE.
     stored: Option<Stored>,
+    /// The Cluster API cluster it belongs to as CAPVCD reads it (the owner Machine's, where
+    /// known; [`as_capvcd_reads`]).
+    cluster_name: Option<String>,
+    /// What the owner Machine changed or could not tell, for the answer's warnings.
+    owner_warnings: Vec<String>,
 }
 
 impl Reviewer {
@@ -59,7 +67,7 @@ impl Reviewer {
         let request = review_request(&raw, generation).map_err(malformed)?;
         self.check_kind(endpoint, kind, &request, &served)?;
         stages::mark(Stage::ReviewDecode);
-        let objects = self.read_objects(&request, object, old_object, &served)?;
+        let mut objects = self.read_objects(&request, object, old_object, &served)?;
         let machine = &objects.machine;
         let display = format!("{} {}/{}", kind.as_str(), machine.namespace, machine.name);
         stages::mark(Stage::ObjectMapping);
@@ -70,15 +78,40 @@ impl Reviewer {
         if endpoint == Endpoint::Mutate && being_deleted {
             return Err(allow(&request, None, Vec::new(), &served));
         }
-        let mut warnings = Vec::new();
+        let mut warnings = std::mem::take(&mut objects.owner_warnings);
         let cluster = match self.find_cluster(kind, &request, &objects, &display, &served)? {
             Ok(cluster) => Ok(cluster),
             Err(warning) => {
                 warnings.push(warning);
-                Err(cluster_name_of(&objects.object).unwrap_or_default())
+                Err(objects.cluster_name.clone().unwrap_or_default())
             }
         };
         stages::mark(Stage::ClusterLookup);
+        let machine = &objects.machine;
+        let provisioned = machine.is_provisioned();
+        // Created already built: a provider ID on a CREATE while the cluster is paused, as
+        // `clusterctl move` and restores create machines whose VM exists. Anywhere else a
+        // provider ID on a CREATE proves nothing (CAPVCD v1.3.2 builds a VM for a VCDMachine
+        // whose status has no provider ID), so the machine is judged in full.
+        let paused = objects
+            .cluster_name
+            .as_deref()
+            .is_some_and(|name| self.clusters.cluster_paused(&machine.namespace, name))
+            || machine.annotations.contains_key(PAUSED_ANNOTATION);
+        let already_built = request.operation == Operation::Create
+            && kind == ObjectKind::VcdMachine
+            && provisioned
+            && paused;
+        if request.operation == Operation::Create && provisioned && !already_built {
+            warnings.push(format!(
+                "nicpolicy: {display} is created with spec.providerID outside a paused cluster: \
+                 judged in full (a move or restore pauses the Cluster first)"
+            ));
+        }
+        let keeps_plan = objects.stored.as_ref().is_some_and(|stored| {
+            stored.machine.is_provisioned() && stored.machine.provider_id == machine.provider_id
+        });
+        let topology_dry_run = is_topology_dry_run(request.dry_run, &machine.annotations);
         let policy = policy_request(
             objects.kind,
             objects.machine,
@@ -96,6 +129,9 @@ impl Reviewer {
             policy,
             display,
             warnings,
+            already_built,
+            topology_dry_run,
+            keeps_plan,
         })
     }
 
@@ -199,13 +235,44 @@ impl Reviewer {
             ))
         })?;
         fill_metadata(&mut object, request);
-        let (kind, machine) = read_machine(&object, "request.object").map_err(bad_request)?;
+        let mut owner_warnings = Vec::new();
+        // Judged as CAPVCD will read it: the owner Machine's cluster and role, where known.
+        // The patch is still written against the object as sent.
+        let display = |object: &Value| {
+            format!(
+                "VCDMachine {}/{}",
+                request.namespace.as_deref().unwrap_or_default(),
+                object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            )
+        };
+        let read = as_capvcd_reads(self.clusters.as_ref(), &object, &display(&object));
+        let relabelled = match read {
+            Owner::Relabelled(relabelled, warning) => {
+                owner_warnings.push(format!("nicpolicy: {warning}"));
+                Some(relabelled)
+            }
+            Owner::Missing(warning) => {
+                owner_warnings.push(format!("nicpolicy: {warning}"));
+                None
+            }
+            Owner::None | Owner::Agrees => None,
+        };
+        let effective = relabelled.as_ref().unwrap_or(&object);
+        let (kind, machine) = read_machine(effective, "request.object").map_err(bad_request)?;
+        let cluster_name = cluster_name_of(effective);
         let stored = match request.operation {
             Operation::Update => {
                 let mut old = old_object.filter(Value::is_object).ok_or_else(|| {
                         bad_request("request.oldObject is missing: an UPDATE review must carry the stored object".to_string())
                     })?;
                 fill_metadata(&mut old, request);
+                let old = match as_capvcd_reads(self.clusters.as_ref(), &old, &display(&old)) {
+                    Owner::Relabelled(relabelled, _) => relabelled,
+                    _ => old,
+                };
                 let (old_kind, old_machine) =
                     read_machine(&old, "request.oldObject").map_err(bad_request)?;
                 if old_kind != kind {
@@ -217,7 +284,7 @@ impl Reviewer {
                 }
                 Some(Stored {
                     machine: old_machine,
-                    same_cluster: same_cluster(&object, &old),
+                    same_cluster: same_cluster(effective, &old),
                 })
             }
             _ => None,
@@ -227,6 +294,8 @@ impl Reviewer {
             kind,
             machine,
             stored,
+            cluster_name,
+            owner_warnings,
         })
     }
 
@@ -242,7 +311,9 @@ impl Reviewer {
         served: &Served,
     ) -> Result<Result<Cluster, String>, Answer> {
         let namespace = &objects.machine.namespace;
-        let found = cluster_name_of(&objects.object)
+        let found = objects
+            .cluster_name
+            .clone()
             .ok_or(LookupError::Unnamed {
                 kind: kind.as_str(),
                 owner: if kind == ObjectKind::VcdMachineTemplate {

@@ -46,16 +46,40 @@ impl Endpoint {
         }
     }
 
-    /// The Cluster API style path of this endpoint for `kind`, like
-    /// `/validate-infrastructure-cluster-x-k8s-io-v1beta3-vcdmachine`.
+    /// The path the shipped webhook configurations name for `kind`, in Cluster API's style:
+    /// `/validate-infrastructure-cluster-x-k8s-io-v1beta2-vcdmachine`. v1beta2 is the storage
+    /// version of CAPVCD's last release (v1.3.2); one registration per kind lists every version
+    /// in [`SERVED_VERSIONS`], so a request of either version reaches this one path.
     pub fn path(self, kind: ObjectKind) -> String {
+        self.path_at(kind, SERVED_VERSIONS[0])
+    }
+
+    /// The path of this endpoint for `kind` at `version`.
+    pub fn path_at(self, kind: ObjectKind, version: &str) -> String {
         format!(
-            "/{}-infrastructure-cluster-x-k8s-io-v1beta3-{}",
+            "/{}-infrastructure-cluster-x-k8s-io-{version}-{}",
             self.as_str(),
             path_segment(kind)
         )
     }
+
+    /// Every path this endpoint answers for `kind`: one per version in [`SERVED_VERSIONS`]
+    /// (a hand-written registration may name the version it registers; all are the same
+    /// handler, which reads the version from the request).
+    pub fn paths(self, kind: ObjectKind) -> Vec<String> {
+        SERVED_VERSIONS
+            .iter()
+            .map(|version| self.path_at(kind, version))
+            .collect()
+    }
 }
+
+/// The CAPVCD versions the webhook serves and the shipped registrations name, the release's
+/// storage version first: v1beta2 (CAPVCD v1.3.2, the last release) and v1beta3 (CAPVCD's
+/// unreleased main, with zones). v1beta1 writes reach the webhook converted to v1beta2 by
+/// CAPVCD's conversion webhook (`matchPolicy: Equivalent`); v1beta1 has no
+/// `extraOvdcNetworks`.
+pub const SERVED_VERSIONS: [&str; 2] = nicpolicy_plugin::objects::SUPPORTED_VERSIONS;
 /// The kind in lower case, as webhook paths spell it.
 pub fn path_segment(kind: ObjectKind) -> &'static str {
     match kind {
@@ -75,6 +99,14 @@ pub(super) struct Job {
     pub(super) display: String,
     /// Warnings of the host's own (the cluster is not known yet), given with the answer.
     pub(super) warnings: Vec<String>,
+    /// A VCDMachine created already built (`clusterctl move`, a restore): not defaulted, its
+    /// plan annotation kept, violations warned ([`lifecycle_rules::already_built`]).
+    pub(super) already_built: bool,
+    /// Cluster API's topology dry run ([`lifecycle_rules::is_topology_dry_run`]).
+    pub(super) topology_dry_run: bool,
+    /// An UPDATE of a provisioned machine that stays provisioned (the same provider ID): its
+    /// plan annotation is the record of what its VM was built with, and is kept.
+    pub(super) keeps_plan: bool,
 }
 
 /// What [`Reviewer::judge`] found.
@@ -275,7 +307,15 @@ impl Reviewer {
             None => chain.evaluate_within(request, budget),
         };
         // Deletions, request faults, unknown clusters and ratcheted updates, as everywhere.
-        let result = lifecycle::judge(&job.policy, evaluate);
+        let mut result = lifecycle::judge(&job.policy, evaluate);
+        if let Ok(evaluation) = result.as_mut() {
+            if job.already_built {
+                lifecycle_rules::already_built(&mut evaluation.decision);
+            }
+            if job.topology_dry_run {
+                lifecycle_rules::topology_dry_run(&mut evaluation.decision);
+            }
+        }
         stages::mark(Stage::Combine);
         self.metrics.in_flight.dec();
         Some(Judged { result, chain })
@@ -336,7 +376,10 @@ impl Reviewer {
     fn validated(&self, job: &Job, evaluation: &ChainEvaluation) -> Answer {
         // The object is judged as it is: a list the chain's defaulting would change was not
         // defaulted (the mutating webhook skipped or undone), and is denied.
-        let undefaulted = lifecycle_rules::undefaulted(&job.policy, &evaluation.decision);
+        // Not a machine created already built: nothing defaults it (its VM has these NICs).
+        let undefaulted = (!job.already_built)
+            .then(|| lifecycle_rules::undefaulted(&job.policy, &evaluation.decision))
+            .flatten();
         let with_violation;
         let decision = match undefaulted {
             Some(violation) => {
@@ -374,13 +417,15 @@ impl Reviewer {
 
     fn mutated(&self, job: &Job, evaluation: &ChainEvaluation, chain_name: &str) -> Answer {
         let decision = &evaluation.decision;
-        // A denied machine is the validating endpoint's to report; nothing to default.
-        if !decision.allowed {
+        // A denied machine is the validating endpoint's to report; nothing to default. A
+        // machine created already built keeps its spec and plan annotation as written.
+        if !decision.allowed || job.already_built {
             return allow(&job.request, None, Vec::new(), &job.served);
         }
         // Without the cluster NIC 0 is unknown: no plan to write yet. Nor when only warn-mode
         // policies planned: they change nothing, and an empty plan would mislead.
         let annotate = job.served.config.nic_plan_annotation
+            && !job.keeps_plan
             && !job.policy.cluster_unknown
             && (!decision.nics.is_empty() || evaluation.warned.is_empty());
         let plan = annotate.then(|| NicPlan {

@@ -131,14 +131,16 @@ impl App {
         }
         for kind in ObjectKind::ALL {
             for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-                router = router.route(
-                    &endpoint.path(kind),
-                    post(
-                        move |State(app): State<Arc<App>>, request: Request| async move {
-                            app.handle(endpoint, kind, request).await
-                        },
-                    ),
-                );
+                for path in endpoint.paths(kind) {
+                    router = router.route(
+                        &path,
+                        post(
+                            move |State(app): State<Arc<App>>, request: Request| async move {
+                                app.handle(endpoint, kind, request).await
+                            },
+                        ),
+                    );
+                }
             }
         }
         router
@@ -434,7 +436,8 @@ impl crate::probes::Probed for App {
 async fn not_found(request: Request) -> Response {
     let paths: Vec<String> = ObjectKind::ALL
         .into_iter()
-        .flat_map(|k| [Endpoint::Mutate.path(k), Endpoint::Validate.path(k)])
+        .flat_map(|k| [Endpoint::Mutate.paths(k), Endpoint::Validate.paths(k)])
+        .flatten()
         .collect();
     (
         StatusCode::NOT_FOUND,

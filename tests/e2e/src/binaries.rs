@@ -1,4 +1,5 @@
-//! Where the suites find kube-apiserver, etcd, kubectl, helm and nicpolicy. A missing binary fails the
+//! Where the suites find kube-apiserver, etcd, kubectl, helm, Cluster API's manager, the CRDs
+//! of Cluster API and CAPVCD v1.3.2, and nicpolicy. A missing binary fails the
 //! suite with what to run: the suites never skip.
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,12 @@ pub struct Binaries {
     pub etcd: PathBuf,
     /// helm, built by the same script from its own Go module (tests/e2e/helm).
     pub helm: PathBuf,
+    /// Cluster API's core manager, built by the same script from its module (tests/e2e/capi).
+    pub cluster_api_manager: PathBuf,
+    /// The CRDs taken from the Go modules by the same script: `cluster-api/` (Cluster API's
+    /// core, kubeadm bootstrap and control plane), `capvcd/` (CAPVCD v1.3.2's
+    /// `config/crd/bases`), `capvcd-templates/` (CAPVCD v1.3.2's `templates/`).
+    pub crds: PathBuf,
     /// The `nicpolicy` binary under test.
     pub nicpolicy: PathBuf,
 }
@@ -71,6 +78,8 @@ fn locate() -> Result<Binaries, String> {
         kubectl: dir.join("kubectl"),
         etcd: dir.join("etcd"),
         helm: dir.join("helm"),
+        cluster_api_manager: dir.join("cluster-api-manager"),
+        crds: dir.join("crds"),
         nicpolicy,
     };
     for (path, how) in [
@@ -78,6 +87,14 @@ fn locate() -> Result<Binaries, String> {
         (&found.kubectl, format!("run {}", build.display())),
         (&found.etcd, format!("run {}", build.display())),
         (&found.helm, format!("run {}", build.display())),
+        (
+            &found.cluster_api_manager,
+            format!("run {}", build.display()),
+        ),
+        (
+            &found.crds.join("SOURCES"),
+            format!("run {}", build.display()),
+        ),
         (
             &found.nicpolicy,
             "run tests/e2e/run.sh, which builds it with `cargo test --workspace --no-run`"

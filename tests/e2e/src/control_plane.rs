@@ -1,7 +1,8 @@
 //! etcd and kube-apiserver on loopback, as envtest runs them for Cluster API providers: free
 //! ports, a temporary directory, serving certificates, a service-account key and issuer,
-//! client-certificate authentication and RBAC authorization. The project's CRDs
-//! (config/crd/) are installed at start.
+//! client-certificate authentication and RBAC authorization. CRDs are installed at start:
+//! those sites run ([`Crds::Release`]: CAPVCD v1.3.2's and Cluster API's, from their Go modules)
+//! or the project's v1beta3 ones for CAPVCD's main ([`Crds::Main`], config/crd/).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,47 @@ use crate::process::Process;
 /// How long kube-apiserver may take to report ready (2 shared cores: usually 5-15 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Which CRDs a control plane installs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crds {
+    /// What sites run: CAPVCD v1.3.2's CRDs (`config/crd/bases` of its module: VCDMachine,
+    /// VCDCluster and VCDMachineTemplate at v1beta1 and v1beta2, v1beta2 stored), labelled with
+    /// Cluster API's contract as the release's kustomization labels them, and Cluster API's
+    /// own CRDs (core, kubeadm bootstrap and control plane) from its module.
+    Release,
+    /// The project's CRDs of CAPVCD's unreleased main (config/crd/: CAPVCD kinds at v1beta3
+    /// with zones, Cluster at v1beta1 and v1beta2), for what only main has.
+    Main,
+}
+
+/// The CAPVCD version objects are written at on [`Crds::Release`].
+pub const RELEASE_VERSION: &str = "v1beta2";
+
+impl Crds {
+    /// The CAPVCD version these CRDs store, which the suites write.
+    pub fn capvcd_version(self) -> &'static str {
+        match self {
+            Crds::Release => RELEASE_VERSION,
+            Crds::Main => "v1beta3",
+        }
+    }
+}
+
+/// The CRDs of this test binary's shared control plane (set by [`shared_on`]).
+static CRDS: OnceLock<Crds> = OnceLock::new();
+
+/// The CAPVCD version this test binary writes: its shared control plane's, else the release's.
+pub fn capvcd_version() -> &'static str {
+    CRDS.get()
+        .copied()
+        .unwrap_or(Crds::Release)
+        .capvcd_version()
+}
+
 /// A running etcd and kube-apiserver.
 pub struct ControlPlane {
+    /// The CRDs installed.
+    pub crds: Crds,
     /// Where certificates, data, kubeconfigs and logs live.
     pub dir: PathBuf,
     /// kube-apiserver's HTTPS port on 127.0.0.1.
@@ -45,8 +85,8 @@ pub fn free_port() -> u16 {
 
 impl ControlPlane {
     /// Starts etcd and kube-apiserver in a fresh temporary directory named after `name`, waits
-    /// for `/readyz` and installs the CRDs.
-    pub fn start(name: &str) -> anyhow::Result<ControlPlane> {
+    /// for `/readyz` and installs `crds`.
+    pub fn start(name: &str, crds: Crds) -> anyhow::Result<ControlPlane> {
         install_failure_hook();
         let bins = binaries();
         let dir = std::env::temp_dir().join(format!("nicpolicy-e2e-{name}-{}", std::process::id()));
@@ -72,6 +112,7 @@ impl ControlPlane {
         )?;
         let apiserver = start_apiserver(bins, &dir, &pki, etcd_port, api_port)?;
         let plane = ControlPlane {
+            crds,
             dir,
             api_port,
             pki,
@@ -124,24 +165,83 @@ impl ControlPlane {
         }
     }
 
-    /// Installs config/crd/ the way a user does (`kubectl apply -k`) and waits until every CRD
-    /// is established.
+    /// Installs the CRDs of [`ControlPlane::crds`] and waits until every one is established.
     fn install_crds(&self) -> anyhow::Result<()> {
         let kubectl = self.kubectl();
-        let crds = workspace().join("config/crd");
-        let applied = kubectl.run(&["apply", "-k", &crds.to_string_lossy()]);
-        if !applied.success {
-            bail!("kubectl apply -k config/crd failed: {}", applied.stderr);
+        let mut names = Vec::new();
+        match self.crds {
+            Crds::Main => {
+                // As a user does: `kubectl apply -k config/crd/`.
+                let crds = workspace().join("config/crd");
+                let applied = kubectl.run(&["apply", "-k", &crds.to_string_lossy()]);
+                if !applied.success {
+                    bail!("kubectl apply -k config/crd failed: {}", applied.stderr);
+                }
+                names.extend(
+                    [
+                        "clusters.cluster.x-k8s.io",
+                        "vcdclusters.infrastructure.cluster.x-k8s.io",
+                        "vcdmachines.infrastructure.cluster.x-k8s.io",
+                        "vcdmachinetemplates.infrastructure.cluster.x-k8s.io",
+                    ]
+                    .map(str::to_string),
+                );
+            }
+            Crds::Release => {
+                let dir = &binaries().crds;
+                for set in ["cluster-api", "capvcd"] {
+                    let path = dir.join(set);
+                    // Server-side: Cluster API's CRDs are too large for the last-applied
+                    // annotation.
+                    let applied =
+                        kubectl.run(&["apply", "--server-side", "-f", &path.to_string_lossy()]);
+                    if !applied.success {
+                        bail!(
+                            "kubectl apply {} failed: {}",
+                            path.display(),
+                            applied.stderr
+                        );
+                    }
+                    for entry in std::fs::read_dir(&path)? {
+                        let file = entry?.path();
+                        let text = std::fs::read_to_string(&file)?;
+                        let crd: serde_json::Value = serde_yaml_ng::from_str(&text)
+                            .with_context(|| format!("{}", file.display()))?;
+                        if let Some(name) = crd.pointer("/metadata/name").and_then(|n| n.as_str()) {
+                            names.push(name.to_string());
+                        }
+                    }
+                }
+                // Cluster API finds a provider's version by its contract label, which each
+                // provider's config/crd/kustomization.yaml adds (commonLabels): v1beta2 for
+                // CAPVCD v1.3.2's CRDs, v1beta1 for the kubeadm bootstrap and control-plane
+                // providers of Cluster API's module.
+                for (suffixes, version) in [
+                    (&[".infrastructure.cluster.x-k8s.io"][..], "v1beta2"),
+                    (
+                        &[
+                            ".bootstrap.cluster.x-k8s.io",
+                            ".controlplane.cluster.x-k8s.io",
+                        ][..],
+                        "v1beta1",
+                    ),
+                ] {
+                    let provider: Vec<&String> = names
+                        .iter()
+                        .filter(|n| suffixes.iter().any(|s| n.ends_with(s)))
+                        .collect();
+                    let label = format!("cluster.x-k8s.io/v1beta1={version}");
+                    let mut args = vec!["label", "--overwrite", "crd"];
+                    args.extend(provider.iter().map(|n| n.as_str()));
+                    args.push(&label);
+                    kubectl.ok(&args);
+                }
+            }
         }
-        let waited = kubectl.run(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/clusters.cluster.x-k8s.io",
-            "crd/vcdclusters.infrastructure.cluster.x-k8s.io",
-            "crd/vcdmachines.infrastructure.cluster.x-k8s.io",
-            "crd/vcdmachinetemplates.infrastructure.cluster.x-k8s.io",
-        ]);
+        let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+        let named: Vec<String> = names.iter().map(|n| format!("crd/{n}")).collect();
+        args.extend(named.iter().map(String::as_str));
+        let waited = kubectl.run(&args);
         if !waited.success {
             bail!("the CRDs were not established: {}", waited.stderr);
         }
@@ -355,15 +455,24 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// instead of waiting for another start to time out.
 static START_FAILED: OnceLock<String> = OnceLock::new();
 
-/// The test binary's control plane, started by the first test that asks; stopped when the
-/// process exits.
+/// The test binary's control plane on the CRDs sites run ([`Crds::Release`]), started by the
+/// first test that asks; stopped when the process exits.
+pub fn shared() -> Shared {
+    shared_on(Crds::Release)
+}
+
+/// The test binary's control plane on `crds` (one set per test binary).
 // unsafe: atexit(3), the one hook libtest's exit runs.
 #[allow(unsafe_code)]
-pub fn shared() -> Shared {
+pub fn shared_on(crds: Crds) -> Shared {
+    let _ = CRDS.set(crds);
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let plane = match slot.as_ref() {
-        Some(plane) => plane.clone(),
+        Some(plane) => {
+            assert_eq!(plane.crds, crds, "one set of CRDs per test binary");
+            plane.clone()
+        }
         None => {
             if let Some(why) = START_FAILED.get() {
                 panic!("the control plane did not start: {why}");
@@ -373,7 +482,7 @@ pub fn shared() -> Shared {
                 .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
                 .and_then(|stem| stem.split('-').next().map(str::to_string))
                 .unwrap_or_else(|| "suite".into());
-            let plane = match ControlPlane::start(&name) {
+            let plane = match ControlPlane::start(&name, crds) {
                 Ok(plane) => Arc::new(plane),
                 Err(err) => {
                     let why = format!("{err:#}");

@@ -10,8 +10,17 @@ use serde_json::{json, Value};
 
 use crate::kubectl::Kubectl;
 
-/// CAPVCD's API group and storage version.
-pub const INFRASTRUCTURE: &str = "infrastructure.cluster.x-k8s.io/v1beta3";
+/// CAPVCD's API group and the version the suites write its objects at: v1beta2, the storage
+/// version of its last release (v1.3.2), or v1beta3 where the test binary's control plane runs
+/// the project's CRDs of CAPVCD's main ([`crate::control_plane::Crds`]).
+pub fn infrastructure() -> String {
+    format!("infrastructure.cluster.x-k8s.io/{}", capvcd_version())
+}
+
+/// The CAPVCD version of [`infrastructure`].
+pub fn capvcd_version() -> &'static str {
+    crate::control_plane::capvcd_version()
+}
 /// The annotation nicpolicy writes the NIC plan into.
 pub const NIC_PLAN: &str = "nicpolicy.io/nic-plan";
 /// What the shipped role-based settings give a worker that lists no extra networks.
@@ -31,6 +40,7 @@ pub fn cluster_namespace(kubectl: &Kubectl, name: &str) {
 
 /// A Cluster and its VCDCluster `name` in `namespace`, primary network `ovdc_network`.
 pub fn cluster(namespace: &str, name: &str, ovdc_network: &str) -> String {
+    let infrastructure = infrastructure();
     format!(
         r#"apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
@@ -48,11 +58,11 @@ spec:
     kind: KubeadmControlPlane
     name: {name}-control-plane
   infrastructureRef:
-    apiVersion: {INFRASTRUCTURE}
+    apiVersion: {infrastructure}
     kind: VCDCluster
     name: {name}
 ---
-apiVersion: {INFRASTRUCTURE}
+apiVersion: {infrastructure}
 kind: VCDCluster
 metadata:
   name: {name}
@@ -81,6 +91,7 @@ spec:
 /// its references naming an `apiGroup` instead of an `apiVersion`.
 pub fn cluster_v1beta2(namespace: &str, name: &str, ovdc_network: &str) -> String {
     let v1beta1 = cluster(namespace, name, ovdc_network);
+    let infrastructure = infrastructure();
     let v1beta2 = v1beta1
         .replacen(
             "apiVersion: cluster.x-k8s.io/v1beta1",
@@ -92,7 +103,7 @@ pub fn cluster_v1beta2(namespace: &str, name: &str, ovdc_network: &str) -> Strin
             "    apiGroup: controlplane.cluster.x-k8s.io\n",
         )
         .replace(
-            &format!("    apiVersion: {INFRASTRUCTURE}\n"),
+            &format!("    apiVersion: {infrastructure}\n"),
             "    apiGroup: infrastructure.cluster.x-k8s.io\n",
         );
     assert_eq!(v1beta2.matches("apiGroup:").count(), 2, "{v1beta2}");
@@ -124,7 +135,7 @@ pub fn worker(
         spec["extraOvdcNetworks"] = json!(extras);
     }
     json!({
-        "apiVersion": INFRASTRUCTURE,
+        "apiVersion": infrastructure(),
         "kind": "VCDMachine",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": spec
@@ -156,22 +167,44 @@ pub fn template(
         labels["cluster.x-k8s.io/cluster-name"] = json!(cluster);
     }
     json!({
-        "apiVersion": INFRASTRUCTURE,
+        "apiVersion": infrastructure(),
         "kind": "VCDMachineTemplate",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"template": {"spec": machine["spec"]}}
     })
 }
 
-/// The API of CAPVCD kind `kind` (VCDMachine, VCDMachineTemplate, VCDCluster) in `namespace`.
+/// The API of kind `kind` (Cluster, Machine, VCDMachine, VCDMachineTemplate, VCDCluster) in
+/// `namespace`, CAPVCD's at [`capvcd_version`].
 pub fn api(client: &kube::Client, namespace: &str, kind: &str) -> Api<DynamicObject> {
+    api_at(client, namespace, kind, capvcd_version())
+}
+
+/// [`api`] with CAPVCD's kinds at `capvcd_version`.
+pub fn api_at(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    capvcd_version: &str,
+) -> Api<DynamicObject> {
     let (group, version, plural) = match kind {
         "Cluster" => ("cluster.x-k8s.io", "v1beta1", "clusters"),
-        "VCDCluster" => ("infrastructure.cluster.x-k8s.io", "v1beta3", "vcdclusters"),
-        "VCDMachine" => ("infrastructure.cluster.x-k8s.io", "v1beta3", "vcdmachines"),
+        "Machine" => ("cluster.x-k8s.io", "v1beta1", "machines"),
+        "MachineSet" => ("cluster.x-k8s.io", "v1beta1", "machinesets"),
+        "MachineDeployment" => ("cluster.x-k8s.io", "v1beta1", "machinedeployments"),
+        "VCDCluster" => (
+            "infrastructure.cluster.x-k8s.io",
+            capvcd_version,
+            "vcdclusters",
+        ),
+        "VCDMachine" => (
+            "infrastructure.cluster.x-k8s.io",
+            capvcd_version,
+            "vcdmachines",
+        ),
         "VCDMachineTemplate" => (
             "infrastructure.cluster.x-k8s.io",
-            "v1beta3",
+            capvcd_version,
             "vcdmachinetemplates",
         ),
         other => panic!("no API for {other}"),
@@ -195,7 +228,13 @@ pub async fn create(
         dry_run,
         field_manager: Some("nicpolicy-e2e".into()),
     };
-    let created = api(client, namespace, kind).create(&params, &typed).await?;
+    let version = object["apiVersion"]
+        .as_str()
+        .and_then(|v| v.rsplit('/').next())
+        .unwrap_or("v1beta2");
+    let created = api_at(client, namespace, kind, version)
+        .create(&params, &typed)
+        .await?;
     Ok(serde_json::to_value(created).expect("serialisable"))
 }
 

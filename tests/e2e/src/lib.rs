@@ -4,6 +4,7 @@
 //! (kubectl) would.
 
 pub mod binaries;
+pub mod capi;
 pub mod control_plane;
 pub mod controller;
 pub mod fixtures;
@@ -14,7 +15,7 @@ pub mod registry;
 pub mod webhook;
 
 pub use binaries::{binaries, workspace};
-pub use control_plane::{shared, ControlPlane};
+pub use control_plane::{shared, shared_on, ControlPlane, Crds};
 pub use controller::Controller;
 pub use kubectl::Kubectl;
 pub use webhook::Webhook;

@@ -35,6 +35,8 @@ pub struct Webhook {
     kubeconfig: PathBuf,
     registered: bool,
     http: Option<reqwest::Client>,
+    /// The CAPVCD version the control plane's CRDs store (its probe is written at it).
+    capvcd_version: &'static str,
 }
 
 /// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
@@ -162,6 +164,9 @@ pub fn nicpolicy_command(subcommand: &str, kubeconfig: &Path) -> Command {
         .env("KUBECONFIG", kubeconfig)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("RUST_LOG")
+        // What the chart's downward API gives the pods: Events about nicpolicy itself go there.
+        .env("POD_NAMESPACE", "nicpolicy-system")
+        .env("POD_NAME", format!("nicpolicy-{subcommand}-e2e"))
         .env(
             "NICPOLICY_CACHE_DIR",
             std::env::temp_dir().join("nicpolicy-e2e-module-cache"),
@@ -182,6 +187,7 @@ impl Webhook {
             kubeconfig: service_account_kubeconfig(plane),
             registered: false,
             http: None,
+            capvcd_version: plane.crds.capvcd_version(),
         };
         webhook.spawn().await;
         webhook
@@ -322,11 +328,15 @@ impl Webhook {
         }
     }
 
+    fn probe_api_version(&self) -> String {
+        format!("infrastructure.cluster.x-k8s.io/{}", self.capvcd_version)
+    }
+
     /// A server-side dry-run create of a VCDMachine in `default`: reviewed by whatever webhook
     /// is registered, stored nowhere. Returns whether it was admitted.
     fn probe(&self) -> bool {
         let probe = json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3",
+            "apiVersion": self.probe_api_version(),
             "kind": "VCDMachine",
             "metadata": {
                 "name": "e2e-registration-probe",
@@ -352,6 +362,14 @@ impl Webhook {
             return String::new();
         };
         response.text().await.unwrap_or_default()
+    }
+
+    /// Whether `/readyz` answers 200 now.
+    pub async fn ready(&self) -> bool {
+        let Some(http) = self.http.as_ref() else {
+            return false;
+        };
+        matches!(http.get(self.url("/readyz")).send().await, Ok(r) if r.status().is_success())
     }
 
     /// The sum of `nicpolicy_reviews_total` (0 when the process does not answer).

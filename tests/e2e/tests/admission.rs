@@ -8,15 +8,15 @@
 use std::time::{Duration, Instant};
 
 use nicpolicy_e2e::fixtures::{
-    self, api, cluster, cluster_namespace, cluster_v1beta2, create, extras, get, namespace, plan,
-    plan_networks, planned_on, refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
+    self, api, cluster, cluster_namespace, create, extras, get, plan, plan_networks, planned_on,
+    refusal, worker, CACHE_DEADLINE, WORKER_DEFAULTS,
 };
 use nicpolicy_e2e::webhook::{edit_config, shipped_config};
 use nicpolicy_e2e::{shared, Webhook};
 use serde_json::{json, Value};
 
 #[tokio::test]
-async fn the_shipped_service_account_reads_clusters_and_nothing_else() {
+async fn the_shipped_service_account_reads_clusters_machines_and_crds_and_nothing_else() {
     let plane = shared();
     let dir = shipped_config(&plane, "rbac");
     // Readiness means both watches listed their kinds with the shipped ClusterRole.
@@ -25,8 +25,22 @@ async fn the_shipped_service_account_reads_clusters_and_nothing_else() {
     let who = "--as=system:serviceaccount:nicpolicy-system:nicpolicy-webhook";
     for (verb, resource, expected) in [
         ("watch", "clusters.cluster.x-k8s.io", "yes"),
+        // A VCDMachine's cluster and role are its owner Machine's.
+        ("watch", "machines.cluster.x-k8s.io", "yes"),
+        ("update", "machines.cluster.x-k8s.io", "no"),
         ("list", "vcdclusters.infrastructure.cluster.x-k8s.io", "yes"),
         ("get", "vcdclusters.infrastructure.cluster.x-k8s.io", "yes"),
+        // The CAPVCD CRDs' served versions: is any write sent to nicpolicy at all?
+        (
+            "watch",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            "yes",
+        ),
+        (
+            "update",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            "no",
+        ),
         ("list", "vcdmachines.infrastructure.cluster.x-k8s.io", "no"),
         ("update", "clusters.cluster.x-k8s.io", "no"),
         ("get", "secrets", "no"),
@@ -41,8 +55,9 @@ async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan()
     let plane = shared();
     let kubectl = plane.kubectl();
     cluster_namespace(&kubectl, "prod-eu1");
-    let _webhook = Webhook::registered(&plane, "valid").await;
+    let webhook = Webhook::registered(&plane, "valid").await;
     let client = plane.client().await;
+    let reviews_before = webhook.reviews_answered().await;
 
     // A worker listing no extra networks gets the site's defaults, as a controller creates it.
     let stored = create(
@@ -133,6 +148,29 @@ async fn valid_machines_and_templates_are_stored_defaulted_with_their_nic_plan()
             .await
             .is_none()
     );
+
+    // CAPVCD v1.3.2's CRDs serve v1beta1 too: a v1beta1 write reaches the webhook converted to
+    // v1beta2 (matchPolicy: Equivalent) and is defaulted and planned like any other.
+    let mut older = worker("prod-eu1", "prod-eu1-md-0-v1b1", Some("prod-eu1"), None);
+    older["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
+    kubectl.apply(&older.to_string());
+    let stored = get(&client, "prod-eu1", "VCDMachine", "prod-eu1-md-0-v1b1")
+        .await
+        .expect("stored");
+    assert_eq!(extras(&stored), WORKER_DEFAULTS);
+    assert_eq!(
+        plan_networks(&stored),
+        ["mgmt-net", "storage-net", "workload-net"]
+    );
+
+    // Every write above was a review, on the CRDs sites run, and both kinds are guarded.
+    let reviewed = webhook.reviews_answered().await - reviews_before;
+    assert!(reviewed >= 12, "only {reviewed} reviews answered");
+    let metrics = webhook.metrics().await;
+    for kind in ["VCDMachine", "VCDMachineTemplate"] {
+        let line = format!("nicpolicy_unguarded_kinds{{kind=\"{kind}\"}} 0");
+        assert!(metrics.contains(&line), "no {line:?} in:\n{metrics}");
+    }
 }
 
 /// The invalid machine of examples/invalid-machine.yaml: a repeated network, the primary listed
@@ -446,80 +484,6 @@ async fn clusters_created_and_changed_after_start_are_used_within_seconds() {
         CACHE_DEADLINE,
     )
     .await;
-}
-
-#[tokio::test]
-async fn cluster_api_v1beta2_clusters_are_followed_by_their_api_group_reference() {
-    let plane = shared();
-    let kubectl = plane.kubectl();
-    // The shipped configuration, watching Clusters at v1beta2 as Cluster API v1.11 serves them.
-    let dir = shipped_config(&plane, "v1beta2");
-    edit_config(
-        &dir,
-        "nicpolicy.yaml",
-        "clusterApiVersion: v1beta1",
-        "clusterApiVersion: v1beta2",
-    );
-    let mut webhook = nicpolicy_e2e::Webhook::start(&plane, &dir).await;
-    webhook.register().await;
-    let client = plane.client().await;
-
-    namespace(&kubectl, "prod-eu9");
-    kubectl.apply(&cluster_v1beta2("prod-eu9", "prod-eu9", "backup-net"));
-    let stored: Value = serde_json::from_str(&kubectl.ok(&[
-        "get",
-        "clusters.v1beta2.cluster.x-k8s.io",
-        "-n",
-        "prod-eu9",
-        "prod-eu9",
-        "-o",
-        "json",
-    ]))
-    .expect("JSON");
-    assert_eq!(
-        stored["spec"]["infrastructureRef"]["apiGroup"],
-        "infrastructure.cluster.x-k8s.io"
-    );
-    // NIC 0 on the VCDCluster's network: the Cluster was found and followed.
-    planned_on(
-        &client,
-        "prod-eu9",
-        "prod-eu9",
-        "backup-net",
-        CACHE_DEADLINE,
-    )
-    .await;
-
-    // A Cluster whose VCDCluster is of another group is not CAPVCD's: not followed (the
-    // shipped onUnknownCluster checks the machine without it), and the log says why.
-    kubectl.apply(
-        &cluster_v1beta2("prod-eu9", "prod-eu9-lab", "mgmt-net").replace(
-            "apiGroup: infrastructure.cluster.x-k8s.io",
-            "apiGroup: infrastructure.example.net",
-        ),
-    );
-    let why = "spec.infrastructureRef.apiGroup names the group \"infrastructure.example.net\"";
-    let start = Instant::now();
-    while !webhook.log().contains(why) {
-        assert!(
-            start.elapsed() < CACHE_DEADLINE,
-            "a VCDCluster of another group was not refused; log:\n{}",
-            webhook.log_tail(20)
-        );
-        let machine = worker(
-            "prod-eu9",
-            "prod-eu9-lab-md-0-x",
-            Some("prod-eu9-lab"),
-            None,
-        );
-        if let Ok(object) = create(&client, &machine, true).await {
-            assert!(
-                plan_networks(&object).is_empty(),
-                "planned on a foreign VCDCluster"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use nicpolicy_e2e::controller::{eventually, report, report_until, results_of, Settings};
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
 use nicpolicy_e2e::webhook::edit_config;
-use nicpolicy_e2e::{shared, ControlPlane, Controller};
+use nicpolicy_e2e::{shared, ControlPlane, Controller, Crds};
 use serde_json::{json, Value};
 
 /// How long a change may take to reach a report: a watch event, the debounce (200 ms), one
@@ -342,6 +342,62 @@ async fn a_vcdcluster_change_re_evaluates_its_machines() {
 }
 
 #[tokio::test]
+async fn a_cluster_pointed_at_another_vcdcluster_re_evaluates_its_machines() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-us2";
+    cluster_namespace(&kubectl, ns);
+    machine(&client, ns, "audit-us2-md-0-a", ns, &["backup-net"]).await;
+    let controller = Controller::start(&plane, &Settings::single("reref")).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the machine passing",
+        |r| r["summary"]["pass"] == 1,
+    )
+    .await;
+
+    // Before CAPVCD builds the machine, the Cluster is pointed at a VCDCluster whose primary
+    // network is backup-net: NIC 0 would change under an admitted machine. The controller
+    // judges it again against the new VCDCluster and reports it.
+    let other = nicpolicy_e2e::fixtures::cluster(ns, "audit-us2-dr", "backup-net");
+    let vcd_only = other
+        .split("---\n")
+        .find(|doc| doc.contains("kind: VCDCluster\nmetadata"))
+        .expect("the VCDCluster document");
+    kubectl.apply(vcd_only);
+    kubectl.ok(&[
+        "patch",
+        "cluster",
+        "-n",
+        ns,
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"infrastructureRef":{"name":"audit-us2-dr"}}}"#,
+    ]);
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the other VCDCluster's primary network",
+        |r| verdict(r, "audit-us2-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    eprintln!(
+        "e2e: Cluster infrastructureRef change reported in {:.1} s",
+        took.as_secs_f64()
+    );
+    let a = result(&report, "audit-us2-md-0-a").expect("a");
+    assert_eq!(a["properties"]["field"], "spec.extraOvdcNetworks[0]");
+    assert!(a["message"].as_str().unwrap().contains("backup-net"), "{a}");
+}
+
+#[tokio::test]
 async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
     let plane = shared();
     let kubectl = plane.kubectl();
@@ -443,7 +499,8 @@ async fn the_standby_takes_over_within_the_lease_when_the_leader_dies() {
 #[tokio::test]
 async fn the_controller_keeps_reporting_across_an_api_server_restart() {
     // Its own control plane: the restart would disturb the other tests.
-    let mut plane = ControlPlane::start("controller-restart").expect("the control plane starts");
+    let mut plane =
+        ControlPlane::start("controller-restart", Crds::Release).expect("the control plane starts");
     let kubectl = plane.kubectl();
     let ns = "audit-restart";
     cluster_namespace(&kubectl, ns);
@@ -620,7 +677,8 @@ async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
     // renewals time out, so it must stop leading within the renew deadline, before the standby
     // could take over; the standby cannot reach the Lease either. Both replicas' leader gauges
     // (served by the replicas themselves) are sampled throughout: never both at 1.
-    let plane = ControlPlane::start("controller-stall").expect("the control plane starts");
+    let plane =
+        ControlPlane::start("controller-stall", Crds::Release).expect("the control plane starts");
     let kubectl = plane.kubectl();
     let ns = "audit-stall";
     cluster_namespace(&kubectl, ns);
@@ -767,7 +825,8 @@ async fn a_watch_that_keeps_failing_makes_the_controller_not_ready_until_it_reco
     // Its own control plane: the controller's right to list and watch is taken away and the API
     // server restarted, so every watch starts over and is refused (403) again and again. New
     // clusters would then be unknown to it: /readyz says so, and recovers once the right is back.
-    let mut plane = ControlPlane::start("controller-watch").expect("the control plane starts");
+    let mut plane =
+        ControlPlane::start("controller-watch", Crds::Release).expect("the control plane starts");
     let kubectl = plane.kubectl();
     let controller = Controller::start(&plane, &Settings::single("watch")).await;
     assert!(controller.ready().await, "{}", controller.log_tail(20));

@@ -16,20 +16,9 @@ use serde_json::json;
 async fn a_rendered_clusterctl_manifest_applies_in_one_go() {
     let plane = shared();
     let kubectl = plane.kubectl();
+    // Cluster API's own CRDs (KubeadmControlPlane, KubeadmConfigTemplate, MachineDeployment)
+    // are installed with the control plane, from Cluster API's module.
     let fixtures = workspace().join("tests/e2e/fixtures");
-    kubectl.ok(&[
-        "apply",
-        "-f",
-        &fixtures.join("cluster-api-crds.yaml").to_string_lossy(),
-    ]);
-    kubectl.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
-        "crd/kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
-        "crd/machinedeployments.cluster.x-k8s.io",
-    ]);
     namespace(&kubectl, "prod-eu1");
     let _webhook = Webhook::registered(&plane, "clusterctl").await;
 

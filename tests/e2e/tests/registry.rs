@@ -13,13 +13,13 @@ use nicpolicy_e2e::fixtures::{
 };
 use nicpolicy_e2e::registry::Registry;
 use nicpolicy_e2e::webhook::{edit_config, shipped_config};
-use nicpolicy_e2e::{ControlPlane, Webhook};
+use nicpolicy_e2e::{ControlPlane, Crds, Webhook};
 
 const PASSWORD: &str = "e2e-signing";
 
 #[tokio::test]
 async fn a_signed_policy_from_a_registry_decides_admission_through_outages_and_reloads() {
-    let plane = ControlPlane::start("registry").expect("the control plane starts");
+    let plane = ControlPlane::start("registry", Crds::Release).expect("the control plane starts");
     let kubectl = plane.kubectl();
     cluster_namespace(&kubectl, "prod-eu1");
     let mut registry = Registry::new(&plane, "policies");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use nicpolicy_e2e::fixtures::{
     cluster, cluster_namespace, create, extras, plan_networks, planned_on, worker, WORKER_DEFAULTS,
 };
-use nicpolicy_e2e::{ControlPlane, Webhook};
+use nicpolicy_e2e::{ControlPlane, Crds, Webhook};
 
 /// How long the webhook's watches may take to be current again once kube-apiserver is back:
 /// they back off like client-go's reflectors (0.8 s doubling up to 30 s, with jitter) while
@@ -16,7 +16,8 @@ const RECOVERY_DEADLINE: Duration = Duration::from_secs(45);
 
 #[tokio::test]
 async fn reviews_and_watches_survive_an_api_server_restart() {
-    let mut plane = ControlPlane::start("restarts").expect("the control plane starts");
+    let mut plane =
+        ControlPlane::start("restarts", Crds::Release).expect("the control plane starts");
     let kubectl = plane.kubectl();
     cluster_namespace(&kubectl, "prod-eu1");
     let mut webhook = Webhook::registered(&plane, "restarts").await;

@@ -53,8 +53,6 @@ pub struct Defaults {
     pub failure_mode: FailureMode,
     /// `onUnknownCluster`.
     pub unknown_cluster: UnknownClusterMode,
-    /// `clusters.clusterApiVersion`.
-    pub cluster_api_version: &'static str,
     /// `evaluation.queueTimeout`.
     pub queue_timeout: Duration,
     /// `evaluation.inlineBudget`.
@@ -82,7 +80,6 @@ pub const DEFAULTS: Defaults = Defaults {
     policy_timeout: Duration::from_millis(250),
     failure_mode: FailureMode::Deny,
     unknown_cluster: UnknownClusterMode::CheckWithoutCluster,
-    cluster_api_version: "v1beta1",
     queue_timeout: Duration::from_secs(2),
     inline_budget: Duration::from_millis(5),
     max_request_bytes: 3 << 20,
@@ -186,8 +183,10 @@ pub enum UnknownClusterMode {
 pub enum ClusterSourceConfig {
     /// Watch Cluster and VCDCluster objects through the Kubernetes API (in-cluster config).
     Kubernetes {
-        /// The `cluster.x-k8s.io` version to watch Cluster objects at.
-        cluster_api_version: String,
+        /// The `cluster.x-k8s.io` version to watch Cluster objects at (`clusterApiVersion`);
+        /// None: the newest version the API server serves that nicpolicy reads (v1beta2,
+        /// v1beta1), found through discovery.
+        cluster_api_version: Option<String>,
     },
     /// Manifest files with Cluster and VCDCluster objects, read at start.
     Static {
@@ -397,7 +396,7 @@ impl ServeConfig {
             on_unknown_cluster: DEFAULTS.unknown_cluster,
             inventory: None,
             clusters: ClusterSourceConfig::Kubernetes {
-                cluster_api_version: DEFAULTS.cluster_api_version.to_string(),
+                cluster_api_version: None,
             },
             workers: Self::default_workers(),
             queue_timeout: DEFAULTS.queue_timeout,
@@ -857,7 +856,7 @@ impl Reader<'_> {
     fn clusters(&self, raw: Option<&file::Clusters>) -> Result<ClusterSourceConfig, ConfigError> {
         let Some(c) = raw else {
             return Ok(ClusterSourceConfig::Kubernetes {
-                cluster_api_version: DEFAULTS.cluster_api_version.to_string(),
+                cluster_api_version: None,
             });
         };
         match c.source {
@@ -868,10 +867,7 @@ impl Reader<'_> {
                     );
                 }
                 Ok(ClusterSourceConfig::Kubernetes {
-                    cluster_api_version: c
-                        .cluster_api_version
-                        .clone()
-                        .unwrap_or_else(|| DEFAULTS.cluster_api_version.to_string()),
+                    cluster_api_version: c.cluster_api_version.clone(),
                 })
             }
             file::Source::Static => {
