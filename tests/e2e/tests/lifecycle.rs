@@ -418,3 +418,192 @@ async fn a_create_with_a_made_up_deletion_timestamp_is_stored_defaulted() {
         refused.stderr
     );
 }
+
+/// A Cluster API Machine of `cluster` (a control plane's when `control_plane`), inert here (no
+/// Cluster API controller runs in this suite); returns its uid.
+fn machine_object(
+    kubectl: &nicpolicy_e2e::Kubectl,
+    ns: &str,
+    name: &str,
+    cluster: &str,
+    control_plane: bool,
+) -> String {
+    let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    if control_plane {
+        labels["cluster.x-k8s.io/control-plane"] = json!("");
+    }
+    let machine = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "clusterName": cluster,
+            "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+            "infrastructureRef": {
+                "apiVersion": fixtures::infrastructure(), "kind": "VCDMachine",
+                "name": name, "namespace": ns
+            }
+        }
+    });
+    kubectl.apply(&machine.to_string());
+    kubectl
+        .ok(&[
+            "get",
+            "machine.cluster.x-k8s.io",
+            "-n",
+            ns,
+            name,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .trim()
+        .to_string()
+}
+
+/// `machine` owned by Machine `name` (uid `uid`), as Cluster API's Machine controller sets it.
+fn owned_by(mut machine: serde_json::Value, name: &str, uid: &str) -> serde_json::Value {
+    machine["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true
+    }]);
+    machine
+}
+
+#[tokio::test]
+async fn the_machine_capvcd_builds_is_the_one_judged() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    cluster_namespace(&kubectl, "prod-eu6");
+    let _webhook = Webhook::registered(&plane, "owner-machine").await;
+    let client = plane.client().await;
+
+    // A control-plane Machine of prod-eu6: CAPVCD builds its VCDMachine as a control plane of
+    // prod-eu6, whatever the VCDMachine's own labels say, and control planes may not sit on
+    // ext-dmz-net (the shipped role-based settings).
+    let cp = "prod-eu6-control-plane-b7x2k";
+    let uid = machine_object(&kubectl, "prod-eu6", cp, "prod-eu6", true);
+    let dressed = |cluster: Option<&str>| {
+        owned_by(
+            worker(
+                "prod-eu6",
+                cp,
+                cluster,
+                Some(&["storage-net", "ext-dmz-net"]),
+            ),
+            cp,
+            &uid,
+        )
+    };
+    // The Machine reaches the webhook's cache by a watch: wait until it is the one judged.
+    let start = std::time::Instant::now();
+    loop {
+        match create(&client, &dressed(None), true).await {
+            Err(err) if refusal(&err).0 == 422 => break,
+            other => assert!(
+                start.elapsed() < fixtures::CACHE_DEADLINE,
+                "the owner Machine was not used: {:?}",
+                other.map(|o| o["metadata"]["name"].clone())
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // No label, another cluster's label, a worker's labels: each refused on the DMZ network.
+    for cluster in [None, Some("prod-us1"), Some("prod-eu6")] {
+        let err = create(&client, &dressed(cluster), false)
+            .await
+            .expect_err("a control plane on the DMZ is refused");
+        let (code, _, message, causes) = refusal(&err);
+        assert_eq!(code, 422, "{cluster:?}: {message}");
+        assert!(
+            causes
+                .iter()
+                .any(|(field, _)| field == "spec.extraOvdcNetworks[1]"),
+            "{cluster:?}: {causes:?}"
+        );
+    }
+
+    // A machine moved into a paused cluster (`clusterctl move`: the Cluster paused, objects
+    // created with their spec and owner references): built already, so a stored violation is
+    // a warning and nothing is defaulted or planned anew.
+    kubectl.ok(&[
+        "patch",
+        "cluster",
+        "-n",
+        "prod-eu6",
+        "prod-eu6",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":true}}"#,
+    ]);
+    let wk = "prod-eu6-md-0-m4v8n";
+    let wuid = machine_object(&kubectl, "prod-eu6", wk, "prod-eu6", false);
+    let mut moved = owned_by(
+        worker(
+            "prod-eu6",
+            wk,
+            Some("prod-eu6"),
+            Some(&["storage-net", "storage-net"]),
+        ),
+        wk,
+        &wuid,
+    );
+    let provider_id = "vmware-cloud-director://urn:vcloud:vm:5e2d7c41-0a9b-4c3d-8e6f-1a2b3c4d5e6f";
+    moved["spec"]["providerID"] = json!(provider_id);
+    moved["metadata"]["annotations"] =
+        json!({"nicpolicy.io/nic-plan": "{\"policy\":\"as built\",\"nics\":[]}"});
+    let start = std::time::Instant::now();
+    let stored = loop {
+        // The paused Cluster reaches the webhook's cache by a watch too.
+        match create(&client, &moved, false).await {
+            Ok(stored) => break stored,
+            Err(err) => assert!(
+                start.elapsed() < fixtures::CACHE_DEADLINE,
+                "the moved machine was refused: {}",
+                refusal(&err).2
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(fixtures::extras(&stored), ["storage-net", "storage-net"]);
+    assert_eq!(
+        stored["metadata"]["annotations"]["nicpolicy.io/nic-plan"],
+        "{\"policy\":\"as built\",\"nics\":[]}"
+    );
+    kubectl.ok(&[
+        "patch",
+        "cluster",
+        "-n",
+        "prod-eu6",
+        "prod-eu6",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":false}}"#,
+    ]);
+
+    // Clearing its provider ID (CAPVCD would build from the list again) is judged in full and
+    // refused; an update that keeps it is not.
+    let cleared = kubectl.run(&[
+        "patch",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        wk,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/providerID"}]"#,
+    ]);
+    assert!(!cleared.success, "clearing the provider ID was admitted");
+    assert!(
+        cleared.stderr.contains("spec.extraOvdcNetworks[1]"),
+        "{}",
+        cleared.stderr
+    );
+    kubectl.ok(&[
+        "label",
+        "vcdmachine",
+        "-n",
+        "prod-eu6",
+        wk,
+        "platform.example.net/drain=true",
+    ]);
+}
