@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-WASM_BINDGEN_VERSION=0.2.130   # must equal the wasm-bindgen crate version pinned in Cargo.toml
+# What the tests need and a fresh machine lacks (Debian's packages, the wasm32 target,
+# wasm-bindgen-cli): installed once, each step named.
+tests/setup.sh
 
 cargo test --workspace
 
@@ -18,10 +20,14 @@ for policy in capvcd role-based zone-aware static-ip; do
   "$nicpolicy" test --policy "builtin:${policy}" "tests/cases/${policy}"
 done
 
-if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}$"; then
-  echo "installing wasm-bindgen-cli ${WASM_BINDGEN_VERSION} (one time, a few minutes)"
-  cargo install wasm-bindgen-cli --version "=${WASM_BINDGEN_VERSION}"
-fi
+# The cost gate: the Wasm fuel each built-in policy consumes on each of its cases, against the
+# baselines committed in tests/bench/ (docs/benchmarks.md, "The cost gate"). A case more than
+# 10% costlier fails here, named with its figures; a deliberate change updates the baseline in
+# a commit that says why.
+for policy in capvcd role-based zone-aware static-ip; do
+  "$nicpolicy" bench --policy "builtin:${policy}" "tests/cases/${policy}" --iterations 1 \
+    --compare "tests/bench/${policy}.json" --threshold 10 >/dev/null
+done
 
 # wasm-bindgen-test in Node.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
@@ -58,6 +64,12 @@ new_dir=$(mktemp -d)
   CARGO_TARGET_DIR="$site_target" cargo test
   CARGO_TARGET_DIR="$site_target" cargo build --release --target wasm32-unknown-unknown
   "$nicpolicy_bin" test --policy "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" cases/
+  # Its README's cost gate: a baseline saved, then the same module compared with it.
+  mkdir -p bench
+  "$nicpolicy_bin" bench --policy "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" cases/ \
+    --iterations 1 --save bench/baseline.json >/dev/null
+  "$nicpolicy_bin" bench --policy "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" cases/ \
+    --iterations 1 --compare bench/baseline.json --threshold 10 >/dev/null
 )
 rm -rf "$new_dir"
 

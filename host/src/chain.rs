@@ -150,7 +150,7 @@ pub struct ChainEvaluation {
 
 impl ChainEvaluation {
     /// The combined result as a single policy's [`Evaluation`]; its memory is the largest any
-    /// enforced policy's instance reached.
+    /// enforced policy's instance reached, its fuel the sum of theirs (when counted).
     pub fn into_evaluation(self) -> Evaluation {
         let memory_bytes = self
             .steps
@@ -158,11 +158,17 @@ impl ChainEvaluation {
             .map(|step| step.evaluation.memory_bytes)
             .max()
             .unwrap_or(0);
+        let fuel = self
+            .steps
+            .iter()
+            .map(|step| step.evaluation.fuel)
+            .sum::<Option<u64>>();
         Evaluation {
             decision: self.decision,
             logs: self.logs,
             elapsed: self.elapsed,
             memory_bytes,
+            fuel,
         }
     }
 

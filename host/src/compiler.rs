@@ -87,12 +87,13 @@ impl ChildSettings {
 
     fn encode(&self) -> String {
         format!(
-            "max-memory={},max-instances={},pooling={},keep-resident={},dirty-only={},memory-limit={}",
+            "max-memory={},max-instances={},pooling={},keep-resident={},dirty-only={},fuel={},memory-limit={}",
             self.shape.max_memory_bytes,
             self.shape.max_instances,
             u8::from(self.shape.pooling),
             self.shape.keep_resident_bytes,
             u8::from(self.shape.reset_dirty_pages_only),
+            u8::from(self.shape.count_fuel),
             self.memory_limit
         )
     }
@@ -122,6 +123,7 @@ impl ChildSettings {
                 pooling: get("pooling")? == 1,
                 keep_resident_bytes: size("keep-resident")?,
                 reset_dirty_pages_only: get("dirty-only")? == 1,
+                count_fuel: get("fuel")? == 1,
             },
             memory_limit: get("memory-limit")?,
         })

@@ -41,6 +41,10 @@ pub struct HostConfig {
     /// compiles on a thread of this process, bounded in time only (the compile is abandoned,
     /// not stopped, at the limit).
     pub compiler: Option<CompilerProcess>,
+    /// Count the Wasm fuel each evaluation consumes ([`crate::Evaluation::fuel`]): a cost that
+    /// does not flap with the machine's load, for benchmarks and CI gates. Off by default: the
+    /// counting slows every evaluation.
+    pub count_fuel: bool,
 }
 
 impl HostConfig {
@@ -65,6 +69,7 @@ impl Default for HostConfig {
             reset_dirty_pages_only: true,
             compile_bounds: CompileBounds::default(),
             compiler: None,
+            count_fuel: false,
         }
     }
 }
@@ -171,6 +176,7 @@ impl HostConfig {
             pooling: self.pooling,
             keep_resident_bytes: self.keep_resident_bytes,
             reset_dirty_pages_only: self.reset_dirty_pages_only,
+            count_fuel: self.count_fuel,
         }
     }
 }

@@ -52,6 +52,7 @@ impl Judged for Evaluation {
             elapsed: std::time::Duration::ZERO,
             // Decided without running a policy.
             memory_bytes: 0,
+            fuel: None,
         }
     }
 }

@@ -75,7 +75,15 @@ pub struct Evaluation {
     /// The instance's linear memory when the call ended: its peak, since a memory never
     /// shrinks (what `nicpolicy bench` reports beside the policy's `memory` limit).
     pub memory_bytes: usize,
+    /// The Wasm fuel the call consumed, instantiation included, on a host that counts it
+    /// ([`crate::HostConfig::count_fuel`]); the same for the same module and input on any
+    /// machine.
+    pub fuel: Option<u64>,
 }
+
+/// The fuel a store starts with on a host that counts it: more than any call can use within
+/// a time limit, so it only counts.
+const FUEL_COUNTED: u64 = u64::MAX / 2;
 
 /// Most log lines kept per call; more are counted, not stored.
 const MAX_LOG_LINES: usize = 64;
@@ -178,6 +186,8 @@ pub struct Policy {
     deadline_ticks: u64,
     /// The host's epoch tick, to turn a [`Budget`] into ticks.
     epoch_tick: Duration,
+    /// Whether the engine counts fuel ([`crate::HostConfig::count_fuel`]).
+    count_fuel: bool,
     cache_status: CacheStatus,
     load_time: Duration,
 }
@@ -258,6 +268,7 @@ impl Policy {
             request_format,
             deadline_ticks,
             epoch_tick: config.epoch_tick,
+            count_fuel: config.count_fuel,
             cache_status,
             load_time: Duration::ZERO,
         };
@@ -440,12 +451,13 @@ impl Policy {
         decode: DecodeOutput,
     ) -> Result<Evaluation, EvalError> {
         let started = Instant::now();
-        let (decision, logs, memory_bytes) = self.call(export, input, budget, decode)?;
+        let (decision, logs, memory_bytes, fuel) = self.call(export, input, budget, decode)?;
         Ok(Evaluation {
             decision,
             logs,
             elapsed: started.elapsed(),
             memory_bytes,
+            fuel,
         })
     }
 
@@ -456,7 +468,7 @@ impl Policy {
     pub fn validate_settings(&self, settings: &Value) -> Result<Result<(), String>, EvalError> {
         let input = serde_json::to_vec(settings)
             .map_err(|err| EvalError::BadOutput(format!("cannot encode the settings: {err}")))?;
-        let (verdict, _logs, _) = self.call(&self.exports.validate_settings, &input, None, |bytes| {
+        let (verdict, _logs, _, _) = self.call(&self.exports.validate_settings, &input, None, |bytes| {
             let verdict: SettingsValidation = serde_json::from_slice(bytes).map_err(|err| {
                 EvalError::BadOutput(format!(
                     "nicpolicy_validate_settings must return {{\"valid\": bool, \"message\": string}}: {err}"
@@ -485,6 +497,11 @@ impl Policy {
         store.limiter(|state| state as &mut dyn ResourceLimiter);
         store.set_epoch_deadline(deadline_ticks);
         store.epoch_deadline_trap();
+        if self.count_fuel {
+            // Counted, not limited: the epoch deadline bounds the time. An engine that counts
+            // fuel always accepts an amount.
+            let _ = store.set_fuel(FUEL_COUNTED);
+        }
         store
     }
 
@@ -509,7 +526,7 @@ impl Policy {
         input: &[u8],
         budget: Option<&Budget>,
         decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
-    ) -> Result<(R, Vec<LogLine>, usize), EvalError> {
+    ) -> Result<(R, Vec<LogLine>, usize, Option<u64>), EvalError> {
         if let Some(budget) = budget.filter(|budget| budget.overran()) {
             // Spent by an earlier evaluation of the same attempt: it is to be run again anyway.
             return Err(EvalError::Timeout(budget.time()));
@@ -548,7 +565,7 @@ impl Policy {
         input: &[u8],
         deadline_ticks: u64,
         decode: impl FnOnce(&[u8]) -> Result<R, EvalError>,
-    ) -> Result<(R, Vec<LogLine>, usize), EvalError> {
+    ) -> Result<(R, Vec<LogLine>, usize, Option<u64>), EvalError> {
         if input.len() > self.limits.max_input_bytes {
             return Err(EvalError::InputTooLarge {
                 size: input.len(),
@@ -611,6 +628,11 @@ impl Policy {
             })?;
         let result = decode(bytes)?;
         let memory_bytes = memory.data_size(&store);
+        let fuel = if self.count_fuel {
+            store.get_fuel().ok().map(|left| FUEL_COUNTED - left)
+        } else {
+            None
+        };
         let mut logs = std::mem::take(&mut store.data_mut().logs);
         let dropped = store.data().dropped_logs;
         if dropped > 0 {
@@ -623,7 +645,7 @@ impl Policy {
         // Dropping the store frees the instance; the pool resets its memory slot here.
         drop(store);
         stages::mark(Stage::InstanceDrop);
-        Ok((result, logs, memory_bytes))
+        Ok((result, logs, memory_bytes, fuel))
     }
 
     fn out_of_memory_or(

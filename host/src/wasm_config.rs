@@ -18,6 +18,9 @@ pub struct EngineShape {
     pub keep_resident_bytes: usize,
     /// Whether a freed slot resets only its dirty pages.
     pub reset_dirty_pages_only: bool,
+    /// Whether compiled code counts Wasm fuel (`nicpolicy bench`'s deterministic cost; the
+    /// counting itself costs time, so serving engines leave it off).
+    pub count_fuel: bool,
 }
 
 /// The Wasmtime configuration of an engine of this shape.
@@ -31,7 +34,8 @@ pub fn wasmtime_config(config: &EngineShape) -> Config {
         // compile until it ends. Costs a cache miss one core instead of all of them.
         .parallel_compilation(false)
         // Deep recursion in a policy becomes a stack-overflow trap well before this.
-        .max_wasm_stack(1 << 20);
+        .max_wasm_stack(1 << 20)
+        .consume_fuel(config.count_fuel);
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_core_instances(config.max_instances)

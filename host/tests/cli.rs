@@ -1440,6 +1440,94 @@ fn new_writes_a_policy_crate_and_refuses_to_overwrite_or_misname() {
 }
 
 #[test]
+fn bench_compare_fails_a_costlier_policy_and_passes_the_same_one() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-compare");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let cases = workspace().join("tests/cases/capvcd");
+    let case = |name: &str| cases.join(name).to_string_lossy().into_owned();
+    let (one, two) = (case("01-primary-only.yaml"), case("02-one-extra.yaml"));
+    let baseline = dir.join("baseline.json").to_string_lossy().into_owned();
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--policy",
+            "builtin:capvcd",
+            "--iterations",
+            "2",
+            one.as_str(),
+            two.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        nicpolicy(&args)
+    };
+    let saved = bench(&["--save", &baseline]);
+    assert!(saved.status.success(), "{}", stderr(&saved));
+    let figures: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&baseline).expect("baseline")).expect("JSON");
+    assert!(
+        figures[0]["cases"][0]["fuel"]
+            .as_u64()
+            .is_some_and(|f| f > 1000),
+        "{figures}"
+    );
+
+    // The same policy passes: fuel does not flap.
+    let same = bench(&["--compare", &baseline]);
+    assert!(same.status.success(), "{}", stderr(&same));
+    assert!(
+        stderr(&same).contains("no figure grew more than 10%"),
+        "{}",
+        stderr(&same)
+    );
+
+    // The same policy made costlier on purpose (300 network settings to read on every
+    // evaluation) fails, naming each case and the figure.
+    let heavy = dir.join("heavy.yaml");
+    let mut text = String::from("networks:\n");
+    for i in 0..300 {
+        text.push_str(&format!("  lab-net-{i:03}: {{ipAllocationMode: POOL}}\n"));
+    }
+    std::fs::write(&heavy, text).expect("settings");
+    let costlier = bench(&[
+        "--settings",
+        &heavy.to_string_lossy(),
+        "--compare",
+        &baseline,
+    ]);
+    assert_eq!(costlier.status.code(), Some(1), "{}", stderr(&costlier));
+    let said = stderr(&costlier);
+    for name in ["01-primary-only", "02-one-extra"] {
+        assert!(
+            said.contains(&format!("regression: nicpolicy-capvcd / {name}: fuel ")),
+            "{said}"
+        );
+    }
+    // A threshold above the growth lets it through; a baseline that is not one is refused.
+    let lenient = bench(&[
+        "--settings",
+        &heavy.to_string_lossy(),
+        "--compare",
+        &baseline,
+        "--threshold",
+        "1000000",
+    ]);
+    assert!(lenient.status.success(), "{}", stderr(&lenient));
+    std::fs::write(dir.join("bad.json"), "{}").expect("write");
+    refused(
+        &[
+            "bench",
+            "--policy",
+            "builtin:capvcd",
+            &one,
+            "--compare",
+            &dir.join("bad.json").to_string_lossy(),
+        ],
+        "not a baseline written by `nicpolicy bench --save`",
+    );
+}
+
+#[test]
 fn bench_times_a_policy_beside_the_built_in_one() {
     let cases = workspace().join("tests/cases/capvcd");
     let one = cases

@@ -276,6 +276,46 @@ pub fn undefaulted(request: &Request, decision: &Decision) -> Option<Violation> 
     ))
 }
 
+/// The stored NIC plan annotation of a machine that was provisioned and stays so (the same
+/// non-empty provider ID on both objects), when this UPDATE changes it: `Some(stored)`, the
+/// value (None: no annotation) the record must keep. The plan of a provisioned machine is the
+/// record of what its VM was built with; nobody rewrites it, nicpolicy included.
+pub fn rewritten_plan(request: &Request) -> Option<Option<&String>> {
+    let old = request.old_machine.as_ref()?;
+    let new = &request.machine;
+    if request.operation != Operation::Update
+        || !old.is_provisioned()
+        || old.provider_id != new.provider_id
+        || request.is_deleting()
+    {
+        return None;
+    }
+    let (was, is) = (
+        old.annotations.get(crate::mutation::NIC_PLAN_ANNOTATION),
+        new.annotations.get(crate::mutation::NIC_PLAN_ANNOTATION),
+    );
+    (was != is).then_some(was)
+}
+
+/// The violation of an UPDATE that rewrites a provisioned machine's NIC plan annotation
+/// ([`rewritten_plan`]); the mutating webhook puts the stored one back first, so only a
+/// request that skipped it meets this.
+pub fn rewritten_plan_violation(request: &Request) -> Option<Violation> {
+    rewritten_plan(request)?;
+    Some(Violation::new(
+        format!(
+            "metadata.annotations[{}]",
+            crate::mutation::NIC_PLAN_ANNOTATION
+        ),
+        Reason::Forbidden,
+        format!(
+            "the NIC plan of a provisioned machine ({}) is the record of what its VM was built \
+             with and is kept as stored",
+            request.machine.provider_id.as_deref().unwrap_or_default()
+        ),
+    ))
+}
+
 /// The answer for an object being deleted whose evaluation failed with `failure`: allowed with
 /// a warning that says so, since a deletion must always finish.
 pub fn deleting_failure(failure: &dyn std::fmt::Display) -> Decision {

@@ -1824,6 +1824,27 @@ fn the_ratchet_holds_only_while_the_provider_id_stays() {
         response.get("patch").is_none_or(Value::is_null),
         "{response}"
     );
+
+    // Nor by anyone else: an UPDATE that rewrites the record gets the stored one back from
+    // defaulting, and is refused by validation when it skipped defaulting.
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"nicpolicy.io/nic-plan": "{\"policy\":\"made up\",\"nics\":[]}"});
+    let response = answer(&app, Endpoint::Mutate, &review);
+    assert_eq!(response["allowed"], true, "{response}");
+    let restored = apply_patch(&review, &response);
+    assert_eq!(
+        restored["metadata"]["annotations"]["nicpolicy.io/nic-plan"],
+        "{\"policy\":\"as built\",\"nics\":[]}"
+    );
+    let response = answer(&app, Endpoint::Validate, &review);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        causes(&response),
+        [(
+            "metadata.annotations[nicpolicy.io/nic-plan]".to_string(),
+            "FieldValueForbidden".to_string()
+        )]
+    );
 }
 
 /// A CREATE of the provisioned worker fixture with `extras`, as `clusterctl move` writes it.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use nicpolicy::cases::{self, Case};
 use nicpolicy::{Host, HostConfig, PolicyChain, PolicySource, PolicySpec};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::policy_args::{policy_specs, PolicyArgs, Positions};
 use super::{out, runtime, usage, Failure, Format};
@@ -30,14 +30,41 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// Also write the figures (JSON, as `-o json` prints them) to FILE: a baseline for
+    /// `--compare`.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// Compare with a baseline written by `--save`: exit 1, naming each policy, case and figure,
+    /// when a figure grew past `--threshold`.
+    #[arg(long, value_name = "FILE")]
+    compare: Option<PathBuf>,
+    /// The growth `--compare` tolerates, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 10.0, requires = "compare")]
+    threshold: f64,
+    /// The figures `--compare` checks (repeatable): `fuel`, the Wasm instructions an
+    /// evaluation consumes, is the same on any machine; `p50` and `p99` are timings, which flap
+    /// on shared machines.
+    #[arg(long = "figure", value_enum, default_values_t = [Figure::Fuel], requires = "compare")]
+    figures: Vec<Figure>,
     #[command(flatten)]
     policy: PolicyArgs,
+}
+
+/// A figure `--compare` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Figure {
+    /// Wasm fuel per evaluation.
+    Fuel,
+    /// Median evaluation time.
+    P50,
+    /// 99th percentile evaluation time.
+    P99,
 }
 
 /// Evaluations before timing starts: the pool's slots and the caches warm up.
 const WARM_UP: usize = 10;
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PolicyBench {
     policy: String,
@@ -51,7 +78,7 @@ struct PolicyBench {
     cases: Vec<CaseBench>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CaseBench {
     case: String,
@@ -60,6 +87,9 @@ struct CaseBench {
     p99_us: f64,
     /// The instance's linear memory at its peak.
     memory_bytes: usize,
+    /// Wasm fuel one evaluation consumes (instructions, roughly), instantiation included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fuel: Option<u64>,
     /// Why the case was not timed (the policy failed on it).
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
@@ -99,17 +129,143 @@ pub fn run(args: BenchArgs, positions: &Positions) -> Result<u8, Failure> {
         Some(specs.len() - 1)
     };
 
+    // Read before timing: a baseline that cannot be used fails at once.
+    let baseline = args.compare.as_deref().map(read_baseline).transpose()?;
     let cache_dir = private_temp_dir()?;
     let result = bench_all(&args, &specs, reference_index, &inputs, &cache_dir);
     let _ = std::fs::remove_dir_all(&cache_dir);
     let benches = result?;
+    let json = serde_json::to_string_pretty(&benches).map_err(runtime)? + "\n";
     let text = match args.output {
         Format::Table => table(&benches),
-        Format::Json => serde_json::to_string_pretty(&benches).map_err(runtime)? + "\n",
+        Format::Json => json.clone(),
         Format::Yaml => serde_yaml_ng::to_string(&benches).map_err(runtime)?,
     };
     out::print(&text)?;
-    Ok(0)
+    if let Some(path) = &args.save {
+        std::fs::write(path, &json)
+            .map_err(|err| runtime(anyhow!("cannot write {}: {err}", path.display())))?;
+        eprintln!("bench: figures saved to {}", path.display());
+    }
+    let Some((path, baseline)) = args.compare.as_ref().zip(baseline) else {
+        return Ok(0);
+    };
+    let found = compare(&baseline, &benches, &args.figures, args.threshold);
+    for line in &found.missing {
+        eprintln!("bench: {line}");
+    }
+    if found.regressions.is_empty() {
+        eprintln!(
+            "bench: no figure grew more than {}% over {} ({} compared)",
+            args.threshold,
+            path.display(),
+            found.compared
+        );
+        Ok(0)
+    } else {
+        for line in &found.regressions {
+            eprintln!("bench: regression: {line}");
+        }
+        eprintln!(
+            "bench: {} of {} figures grew more than {}% over {}",
+            found.regressions.len(),
+            found.compared,
+            args.threshold,
+            path.display()
+        );
+        Ok(1)
+    }
+}
+
+/// A baseline written by `--save`.
+fn read_baseline(path: &std::path::Path) -> Result<Vec<PolicyBench>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        usage(anyhow!(
+            "cannot read the baseline {}: {err}",
+            path.display()
+        ))
+    })?;
+    serde_json::from_str(&text).map_err(|err| {
+        usage(anyhow!(
+            "{}: not a baseline written by `nicpolicy bench --save`: {err}",
+            path.display()
+        ))
+    })
+}
+
+/// What [`compare`] found.
+#[derive(Debug, Default)]
+struct Comparison {
+    /// `policy / case: figure before -> after (+N%)`, for each figure past the threshold.
+    regressions: Vec<String>,
+    /// Policies and cases this run measured that the baseline lacks.
+    missing: Vec<String>,
+    /// Figures compared.
+    compared: usize,
+}
+
+/// Compares `now` with `baseline` case by case (matched by policy name and case name).
+fn compare(
+    baseline: &[PolicyBench],
+    now: &[PolicyBench],
+    figures: &[Figure],
+    threshold: f64,
+) -> Comparison {
+    let mut found = Comparison::default();
+    for policy in now {
+        let Some(before) = baseline.iter().find(|b| b.policy == policy.policy) else {
+            found
+                .missing
+                .push(format!("{}: not in the baseline", policy.policy));
+            continue;
+        };
+        for case in &policy.cases {
+            let Some(old) = before.cases.iter().find(|c| c.case == case.case) else {
+                found.missing.push(format!(
+                    "{} / {}: not in the baseline",
+                    policy.policy, case.case
+                ));
+                continue;
+            };
+            for figure in figures {
+                let (was, is, unit) = match figure {
+                    Figure::Fuel => match (old.fuel, case.fuel) {
+                        (Some(was), Some(is)) => (was as f64, is as f64, ""),
+                        _ => {
+                            found.missing.push(format!(
+                                "{} / {}: no fuel figure to compare",
+                                policy.policy, case.case
+                            ));
+                            continue;
+                        }
+                    },
+                    Figure::P50 => (old.p50_us, case.p50_us, " µs"),
+                    Figure::P99 => (old.p99_us, case.p99_us, " µs"),
+                };
+                found.compared += 1;
+                if was > 0.0 && is > was * (1.0 + threshold / 100.0) {
+                    found.regressions.push(format!(
+                        "{} / {}: {} {was}{unit} -> {is}{unit} (+{:.1}%, threshold {threshold}%)",
+                        policy.policy,
+                        case.case,
+                        figure.name(),
+                        (is / was - 1.0) * 100.0
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+impl Figure {
+    fn name(self) -> &'static str {
+        match self {
+            Figure::Fuel => "fuel",
+            Figure::P50 => "p50",
+            Figure::P99 => "p99",
+        }
+    }
 }
 
 /// A directory only this process can use, for the cache timing.
@@ -129,11 +285,12 @@ fn private_temp_dir() -> Result<PathBuf, Failure> {
     Ok(dir)
 }
 
-fn host(cache_dir: Option<PathBuf>, memory: usize) -> Result<Host, Failure> {
+fn host(cache_dir: Option<PathBuf>, memory: usize, count_fuel: bool) -> Result<Host, Failure> {
     let mut config = HostConfig::default();
     config.cache_dir = cache_dir;
     config.max_memory_bytes = config.max_memory_bytes.max(memory);
     config.max_instances = 4;
+    config.count_fuel = count_fuel;
     Host::new(config).map_err(runtime)
 }
 
@@ -149,8 +306,10 @@ fn bench_all(
         .map(|s| s.limits.memory_bytes)
         .max()
         .unwrap_or(0);
-    let uncached = host(None, memory)?;
-    let cached = host(Some(cache_dir.to_path_buf()), memory)?;
+    let uncached = host(None, memory, false)?;
+    let cached = host(Some(cache_dir.to_path_buf()), memory, false)?;
+    // Fuel is counted on an engine of its own: the counting slows the code it is compiled into.
+    let counting = host(None, memory, true)?;
     // oci:// policies are pulled with the command's registry options, as `eval` pulls them.
     let registry = args.policy.registry.options()?;
     let load = |host: &Host, one: &[PolicySpec]| {
@@ -176,6 +335,7 @@ fn bench_all(
             )));
         };
         let name = policy.name();
+        let fuel_chain = load(&counting, one)?;
         let mut cases = Vec::new();
         for (n, case) in inputs.iter().enumerate() {
             if progress {
@@ -188,7 +348,14 @@ fn bench_all(
                     case.name()
                 );
             }
-            cases.push(time_case(&from_cache, case, args.iterations));
+            let mut timed = time_case(&from_cache, case, args.iterations);
+            if timed.error.is_none() {
+                timed.fuel = fuel_chain
+                    .evaluate(&case.request)
+                    .ok()
+                    .and_then(|evaluation| evaluation.into_evaluation().fuel);
+            }
+            cases.push(timed);
         }
         if progress {
             eprint!("\r{:<100}\r", "");
@@ -230,6 +397,7 @@ fn time_case(chain: &PolicyChain, case: &Case, iterations: usize) -> CaseBench {
                     p50_us: 0.0,
                     p99_us: 0.0,
                     memory_bytes,
+                    fuel: None,
                     error: Some(err.to_string()),
                 }
             }
@@ -242,6 +410,7 @@ fn time_case(chain: &PolicyChain, case: &Case, iterations: usize) -> CaseBench {
         p50_us: us(percentile(&times, 50)),
         p99_us: us(percentile(&times, 99)),
         memory_bytes,
+        fuel: None,
         error: None,
     }
 }
@@ -270,6 +439,7 @@ fn table(benches: &[PolicyBench]) -> String {
         "P50".to_string(),
         "P99".to_string(),
         "MEMORY".to_string(),
+        "FUEL".to_string(),
     ]];
     let mut loads = String::new();
     for bench in benches {
@@ -298,10 +468,12 @@ fn table(benches: &[PolicyBench]) -> String {
                 p50,
                 p99,
                 format!("{} KiB", case.memory_bytes / 1024),
+                case.fuel
+                    .map_or_else(|| "-".to_string(), |fuel| fuel.to_string()),
             ]);
         }
     }
-    let widths: Vec<usize> = (0..5)
+    let widths: Vec<usize> = (0..6)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     let mut text = loads;

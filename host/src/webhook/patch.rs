@@ -72,6 +72,34 @@ pub fn patch_operations(
     operations
 }
 
+/// The operation that sets annotation `key` of `object` back to `stored` (removes it when
+/// `stored` is None); none when it already is.
+pub fn restore_annotation(
+    object: &Value,
+    key: &str,
+    stored: Option<&String>,
+) -> Option<PatchOperation> {
+    let annotations = object.pointer("/metadata/annotations");
+    let current = annotations.and_then(|a| a.get(key)).and_then(Value::as_str);
+    if current == stored.map(String::as_str) {
+        return None;
+    }
+    let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
+    Some(match stored {
+        Some(value) if annotations.is_some_and(Value::is_object) => {
+            PatchOperation::Add(AddOperation {
+                path,
+                value: Value::String(value.clone()),
+            })
+        }
+        Some(value) => PatchOperation::Add(AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations"]),
+            value: serde_json::json!({ key: value }),
+        }),
+        None => PatchOperation::Remove(json_patch::RemoveOperation { path }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

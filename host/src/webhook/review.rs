@@ -21,7 +21,7 @@ use super::admission::{
 };
 use super::inline::InlineGate;
 use super::metrics::{Metrics, PolicyLabels, ReviewLabels};
-use super::patch::{patch_operations, NicPlan};
+use super::patch::{patch_operations, restore_annotation, NicPlan, NIC_PLAN_ANNOTATION};
 use super::warned;
 use crate::clusters::ClusterSource;
 use crate::served::config::FailureMode;
@@ -379,7 +379,8 @@ impl Reviewer {
         // Not a machine created already built: nothing defaults it (its VM has these NICs).
         let undefaulted = (!job.already_built)
             .then(|| lifecycle_rules::undefaulted(&job.policy, &evaluation.decision))
-            .flatten();
+            .flatten()
+            .or_else(|| lifecycle_rules::rewritten_plan_violation(&job.policy));
         let with_violation;
         let decision = match undefaulted {
             Some(violation) => {
@@ -433,7 +434,12 @@ impl Reviewer {
             nics: &decision.nics,
             vapp_networks: &decision.vapp_networks,
         });
-        let operations = patch_operations(job.kind, &job.object, decision, plan.as_ref());
+        let mut operations = patch_operations(job.kind, &job.object, decision, plan.as_ref());
+        // A provisioned machine's plan is the record of what its VM was built with: an UPDATE
+        // that rewrites it gets the stored one back.
+        if let Some(stored) = lifecycle_rules::rewritten_plan(&job.policy) {
+            operations.extend(restore_annotation(&job.object, NIC_PLAN_ANNOTATION, stored));
+        }
         let patch = (!operations.is_empty()).then_some(Patch(operations));
         let warnings = warned::mutation_warnings(job.kind, evaluation);
         stages::mark(Stage::Patch);
