@@ -326,3 +326,69 @@ fn the_shipped_candidate_configuration_loads() {
     assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
     assert_eq!(json(&output)["response"]["allowed"], false);
 }
+
+#[test]
+fn audit_judges_a_vcdmachine_by_its_owner_machine_in_the_files() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("audit-owner-machine");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cluster = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster.yaml"),
+    )
+    .expect("example cluster");
+    std::fs::write(dir.join("cluster.yaml"), cluster).expect("write");
+    // What `kubectl get machines,vcdmachines -o yaml` shows: a control-plane Machine and its
+    // VCDMachine, labelled as a worker, on the DMZ network control planes may not use.
+    std::fs::write(
+        dir.join("machines.yaml"),
+        "apiVersion: cluster.x-k8s.io/v1beta1
+kind: Machine
+metadata:
+  name: prod-eu1-control-plane-7xk2p
+  namespace: prod-eu1
+  labels: {cluster.x-k8s.io/cluster-name: prod-eu1, cluster.x-k8s.io/control-plane: \"\"}
+spec: {clusterName: prod-eu1}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: VCDMachine
+metadata:
+  name: prod-eu1-control-plane-7xk2p
+  namespace: prod-eu1
+  labels: {cluster.x-k8s.io/cluster-name: prod-eu1, cluster.x-k8s.io/deployment-name: prod-eu1-md-0}
+  ownerReferences:
+    - {apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, name: prod-eu1-control-plane-7xk2p, uid: m-1, controller: true}
+spec:
+  extraOvdcNetworks: [storage-net, ext-dmz-net]
+",
+    )
+    .expect("write");
+    let settings = scratch_settings(
+        "controlPlane: {required: [mgmt-net], forbidden: [ext-dmz-net], allowed: [storage-net, backup-net]}\n\
+         worker: {allowed: [storage-net, workload-net, backup-net, ext-dmz-net], defaults: [storage-net, workload-net]}\n",
+    );
+    let path = dir.to_string_lossy().into_owned();
+    let output = nicpolicy(&[
+        "audit",
+        &path,
+        "--policy",
+        "builtin:role-based",
+        "--settings",
+        &settings,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let report = json(&output);
+    assert_eq!(
+        results(&report),
+        [(
+            "VCDMachine".to_string(),
+            "prod-eu1-control-plane-7xk2p".to_string(),
+            "denied".to_string()
+        )]
+    );
+    assert!(
+        report.to_string().contains("spec.extraOvdcNetworks[1]"),
+        "{report}"
+    );
+}

@@ -63,7 +63,7 @@ struct Compiled {
 #[allow(clippy::zombie_processes)]
 fn compile_in_child(wasm: &[u8], limit_mib: u64) -> Compiled {
     let settings = format!(
-        "max-memory={},max-instances=12,pooling=1,keep-resident={},dirty-only=1,memory-limit={}",
+        "max-memory={},max-instances=12,pooling=1,keep-resident={},dirty-only=1,fuel=0,memory-limit={}",
         64 << 20,
         4 << 20,
         limit_mib << 20

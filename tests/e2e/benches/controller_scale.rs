@@ -34,9 +34,9 @@ const RESYNC: Duration = Duration::from_secs(30);
 const WRITTEN: &str = r#"nicpolicy_controller_report_writes_total{result="written"}"#;
 const UNCHANGED: &str = r#"nicpolicy_controller_report_writes_total{result="unchanged"}"#;
 
-/// The generated YAML as objects the API server accepts: CAPVCD v1.3.2's CRDs serve v1beta1
-/// (without network fields) and v1beta2, so CAPVCD objects are written at v1beta2; the API
-/// server sets `uid` and `managedFields` itself.
+/// The generated YAML as objects the API server accepts (the project's CRDs of CAPVCD's main,
+/// whose v1beta3 keeps the fleet's multi-zone clusters): it stores CAPVCD objects as v1beta3,
+/// and sets `uid` and `managedFields` itself.
 fn objects(yaml: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(yaml) {
@@ -46,10 +46,8 @@ fn objects(yaml: &str) -> Vec<Value> {
             _ => vec![value],
         };
         for mut item in items {
-            if item["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1"
-                || item["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta3"
-            {
-                item["apiVersion"] = "infrastructure.cluster.x-k8s.io/v1beta2".into();
+            if item["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1" {
+                item["apiVersion"] = "infrastructure.cluster.x-k8s.io/v1beta3".into();
             }
             if let Some(metadata) = item["metadata"].as_object_mut() {
                 metadata.remove("uid");
@@ -163,7 +161,7 @@ async fn main() {
     };
     let (namespaces, mix) = fleet::generate(clusters, per_cluster);
 
-    let plane = ControlPlane::start("controller-scale", nicpolicy_e2e::Crds::Release)
+    let plane = ControlPlane::start("controller-scale", nicpolicy_e2e::Crds::Main)
         .expect("the control plane starts");
     let client = plane.client().await;
     let started = Instant::now();
