@@ -133,36 +133,34 @@ fn watch_metadata(
     resource: &ApiResource,
 ) -> Store<PartialObjectMeta<DynamicObject>> {
     // An Api of PartialObjectMeta asks for metadata only.
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, resource);
-    let writer = reflector::store::Writer::new(resource.clone());
-    let reader = writer.as_reader();
-    let kind = resource.kind.clone();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|meta| {
-            meta.metadata.managed_fields = None;
-            meta.metadata.annotations = None;
-        })
-        .reflect(writer)
-        .applied_objects();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(err) = event {
-                tracing::warn!(kind = %kind, error = %err, "watch error; retrying");
-            }
-        }
-    });
-    reader
+    reflect(Api::all_with(client, resource), resource, |meta| {
+        meta.metadata.managed_fields = None;
+        meta.metadata.annotations = None;
+    })
 }
 
 fn watch(client: kube::Client, resource: &ApiResource) -> Store<DynamicObject> {
-    let api: Api<DynamicObject> = Api::all_with(client, resource);
+    reflect(Api::all_with(client, resource), resource, |_| {})
+}
+
+/// A reflector over `api`, each object trimmed by `trim` before it is stored; the watch runs
+/// until the process ends, backing off and relisting on errors (logged).
+fn reflect<K>(api: Api<K>, resource: &ApiResource, trim: fn(&mut K)) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ApiResource>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let kind = resource.kind.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .applied_objects();
     tokio::spawn(async move {

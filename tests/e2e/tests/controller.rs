@@ -284,53 +284,78 @@ async fn pre_existing_machines_are_reported_and_fixes_and_new_failures_follow() 
     assert_eq!(managers, ["nicpolicy-e2e"]);
 }
 
-#[tokio::test]
-async fn a_vcdcluster_change_re_evaluates_its_machines() {
-    let plane = shared();
+/// Namespace `ns` with its cluster on mgmt-net and machine `<ns>-md-0-a` listing backup-net
+/// (beside `others`), reported passing by a controller; then `change` moves NIC 0 to
+/// backup-net before anything was built. Returns the report in which machine a fails, after
+/// checking its field and message: the controller judged it again against the cluster as it
+/// now is.
+async fn nic0_moved_to_backup_net(
+    plane: &ControlPlane,
+    ns: &str,
+    others: &[(&str, &[&str])],
+    change: impl FnOnce(&nicpolicy_e2e::Kubectl),
+) -> Value {
     let kubectl = plane.kubectl();
     let client = plane.client().await;
-    let ns = "audit-us1";
     cluster_namespace(&kubectl, ns);
-    machine(&client, ns, "audit-us1-md-0-a", ns, &["backup-net"]).await;
-    machine(&client, ns, "audit-us1-md-0-b", ns, &["storage-net"]).await;
-    let controller = Controller::start(&plane, &Settings::single("recluster")).await;
+    let a = format!("{ns}-md-0-a");
+    machine(&client, ns, &a, ns, &["backup-net"]).await;
+    for (name, extras) in others {
+        machine(&client, ns, name, ns, extras).await;
+    }
+    let controller = Controller::start(plane, &Settings::single(ns)).await;
+    let machines = 1 + others.len();
     report_until(
         &client,
         ns,
         REPORT_DEADLINE,
         &controller,
-        "both machines passing",
-        |r| r["summary"]["pass"] == 2,
+        "every machine passing",
+        |r| r["summary"]["pass"] == machines,
     )
     .await;
-
-    // The cluster's primary network moves to backup-net: machine a now lists it twice.
-    kubectl.ok(&[
-        "patch",
-        "vcdcluster",
-        "-n",
-        ns,
-        ns,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"ovdcNetwork":"backup-net"}}"#,
-    ]);
+    change(&kubectl);
     let (report, took) = report_until(
         &client,
         ns,
         REPORT_DEADLINE,
         &controller,
         "the new primary network",
-        |r| verdict(r, "audit-us1-md-0-a").as_deref() == Some("fail"),
+        |r| verdict(r, &a).as_deref() == Some("fail"),
     )
     .await;
-    eprintln!(
-        "e2e: VCDCluster change reported in {:.1} s",
-        took.as_secs_f64()
+    eprintln!("e2e: NIC 0 moved, reported in {:.1} s", took.as_secs_f64());
+    let failed = result(&report, &a).expect("machine a");
+    assert_eq!(failed["properties"]["field"], "spec.extraOvdcNetworks[0]");
+    assert!(
+        failed["message"].as_str().unwrap().contains("backup-net"),
+        "{failed}"
     );
-    let a = result(&report, "audit-us1-md-0-a").expect("a");
-    assert_eq!(a["properties"]["field"], "spec.extraOvdcNetworks[0]");
-    assert!(a["message"].as_str().unwrap().contains("backup-net"), "{a}");
+    report
+}
+
+#[tokio::test]
+async fn a_vcdcluster_change_re_evaluates_its_machines() {
+    let plane = shared();
+    // The cluster's primary network moves to backup-net: machine a now lists it twice.
+    let report = nic0_moved_to_backup_net(
+        &plane,
+        "audit-us1",
+        &[("audit-us1-md-0-b", &["storage-net"])],
+        |kubectl| {
+            kubectl.ok(&[
+                "patch",
+                "vcdcluster",
+                "-n",
+                "audit-us1",
+                "audit-us1",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"ovdcNetwork":"backup-net"}}"#,
+            ]);
+        },
+    )
+    .await;
     let b = result(&report, "audit-us1-md-0-b").expect("b");
     assert!(
         b["message"]
@@ -344,57 +369,28 @@ async fn a_vcdcluster_change_re_evaluates_its_machines() {
 #[tokio::test]
 async fn a_cluster_pointed_at_another_vcdcluster_re_evaluates_its_machines() {
     let plane = shared();
-    let kubectl = plane.kubectl();
-    let client = plane.client().await;
-    let ns = "audit-us2";
-    cluster_namespace(&kubectl, ns);
-    machine(&client, ns, "audit-us2-md-0-a", ns, &["backup-net"]).await;
-    let controller = Controller::start(&plane, &Settings::single("reref")).await;
-    report_until(
-        &client,
-        ns,
-        REPORT_DEADLINE,
-        &controller,
-        "the machine passing",
-        |r| r["summary"]["pass"] == 1,
-    )
-    .await;
-
     // Before CAPVCD builds the machine, the Cluster is pointed at a VCDCluster whose primary
-    // network is backup-net: NIC 0 would change under an admitted machine. The controller
-    // judges it again against the new VCDCluster and reports it.
-    let other = nicpolicy_e2e::fixtures::cluster(ns, "audit-us2-dr", "backup-net");
-    let vcd_only = other
-        .split("---\n")
-        .find(|doc| doc.contains("kind: VCDCluster\nmetadata"))
-        .expect("the VCDCluster document");
-    kubectl.apply(vcd_only);
-    kubectl.ok(&[
-        "patch",
-        "cluster",
-        "-n",
-        ns,
-        ns,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"infrastructureRef":{"name":"audit-us2-dr"}}}"#,
-    ]);
-    let (report, took) = report_until(
-        &client,
-        ns,
-        REPORT_DEADLINE,
-        &controller,
-        "the other VCDCluster's primary network",
-        |r| verdict(r, "audit-us2-md-0-a").as_deref() == Some("fail"),
-    )
+    // network is backup-net: NIC 0 would change under an admitted machine.
+    let ns = "audit-us2";
+    nic0_moved_to_backup_net(&plane, ns, &[], |kubectl| {
+        let other = nicpolicy_e2e::fixtures::cluster(ns, "audit-us2-dr", "backup-net");
+        let vcd_only = other
+            .split("---\n")
+            .find(|doc| doc.contains("kind: VCDCluster\nmetadata"))
+            .expect("the VCDCluster document");
+        kubectl.apply(vcd_only);
+        kubectl.ok(&[
+            "patch",
+            "cluster",
+            "-n",
+            ns,
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"infrastructureRef":{"name":"audit-us2-dr"}}}"#,
+        ]);
+    })
     .await;
-    eprintln!(
-        "e2e: Cluster infrastructureRef change reported in {:.1} s",
-        took.as_secs_f64()
-    );
-    let a = result(&report, "audit-us2-md-0-a").expect("a");
-    assert_eq!(a["properties"]["field"], "spec.extraOvdcNetworks[0]");
-    assert!(a["message"].as_str().unwrap().contains("backup-net"), "{a}");
 }
 
 #[tokio::test]

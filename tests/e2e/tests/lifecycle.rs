@@ -473,19 +473,19 @@ fn owned_by(mut machine: serde_json::Value, name: &str, uid: &str) -> serde_json
 async fn the_machine_capvcd_builds_is_the_one_judged() {
     let plane = shared();
     let kubectl = plane.kubectl();
-    cluster_namespace(&kubectl, "prod-eu6");
+    cluster_namespace(&kubectl, "prod-eu11");
     let _webhook = Webhook::registered(&plane, "owner-machine").await;
     let client = plane.client().await;
 
-    // A control-plane Machine of prod-eu6: CAPVCD builds its VCDMachine as a control plane of
-    // prod-eu6, whatever the VCDMachine's own labels say, and control planes may not sit on
+    // A control-plane Machine of prod-eu11: CAPVCD builds its VCDMachine as a control plane of
+    // prod-eu11, whatever the VCDMachine's own labels say, and control planes may not sit on
     // ext-dmz-net (the shipped role-based settings).
-    let cp = "prod-eu6-control-plane-b7x2k";
-    let uid = machine_object(&kubectl, "prod-eu6", cp, "prod-eu6", true);
+    let cp = "prod-eu11-control-plane-b7x2k";
+    let uid = machine_object(&kubectl, "prod-eu11", cp, "prod-eu11", true);
     let dressed = |cluster: Option<&str>| {
         owned_by(
             worker(
-                "prod-eu6",
+                "prod-eu11",
                 cp,
                 cluster,
                 Some(&["storage-net", "ext-dmz-net"]),
@@ -508,7 +508,7 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // No label, another cluster's label, a worker's labels: each refused on the DMZ network.
-    for cluster in [None, Some("prod-us1"), Some("prod-eu6")] {
+    for cluster in [None, Some("prod-us1"), Some("prod-eu11")] {
         let err = create(&client, &dressed(cluster), false)
             .await
             .expect_err("a control plane on the DMZ is refused");
@@ -529,19 +529,19 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         "patch",
         "cluster",
         "-n",
-        "prod-eu6",
-        "prod-eu6",
+        "prod-eu11",
+        "prod-eu11",
         "--type=merge",
         "-p",
         r#"{"spec":{"paused":true}}"#,
     ]);
-    let wk = "prod-eu6-md-0-m4v8n";
-    let wuid = machine_object(&kubectl, "prod-eu6", wk, "prod-eu6", false);
+    let wk = "prod-eu11-md-0-m4v8n";
+    let wuid = machine_object(&kubectl, "prod-eu11", wk, "prod-eu11", false);
     let mut moved = owned_by(
         worker(
-            "prod-eu6",
+            "prod-eu11",
             wk,
-            Some("prod-eu6"),
+            Some("prod-eu11"),
             Some(&["storage-net", "storage-net"]),
         ),
         wk,
@@ -573,8 +573,8 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         "patch",
         "cluster",
         "-n",
-        "prod-eu6",
-        "prod-eu6",
+        "prod-eu11",
+        "prod-eu11",
         "--type=merge",
         "-p",
         r#"{"spec":{"paused":false}}"#,
@@ -586,7 +586,7 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         "patch",
         "vcdmachine",
         "-n",
-        "prod-eu6",
+        "prod-eu11",
         wk,
         "--type=json",
         "-p",
@@ -602,7 +602,7 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         "label",
         "vcdmachine",
         "-n",
-        "prod-eu6",
+        "prod-eu11",
         wk,
         "platform.example.net/drain=true",
     ]);
