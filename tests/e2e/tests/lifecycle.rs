@@ -460,6 +460,21 @@ fn machine_object(
         .to_string()
 }
 
+/// Pauses (or unpauses) Cluster `name` in its namespace of the same name, as `clusterctl move`
+/// does around a move.
+fn set_paused(kubectl: &nicpolicy_e2e::Kubectl, name: &str, paused: bool) {
+    kubectl.ok(&[
+        "patch",
+        "cluster",
+        "-n",
+        name,
+        name,
+        "--type=merge",
+        "-p",
+        &json!({"spec": {"paused": paused}}).to_string(),
+    ]);
+}
+
 /// `machine` owned by Machine `name` (uid `uid`), as Cluster API's Machine controller sets it.
 fn owned_by(mut machine: serde_json::Value, name: &str, uid: &str) -> serde_json::Value {
     machine["metadata"]["ownerReferences"] = json!([{
@@ -525,16 +540,7 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
     // A machine moved into a paused cluster (`clusterctl move`: the Cluster paused, objects
     // created with their spec and owner references): built already, so a stored violation is
     // a warning and nothing is defaulted or planned anew.
-    kubectl.ok(&[
-        "patch",
-        "cluster",
-        "-n",
-        "prod-eu11",
-        "prod-eu11",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"paused":true}}"#,
-    ]);
+    set_paused(&kubectl, "prod-eu11", true);
     let wk = "prod-eu11-md-0-m4v8n";
     let wuid = machine_object(&kubectl, "prod-eu11", wk, "prod-eu11", false);
     let mut moved = owned_by(
@@ -569,16 +575,7 @@ async fn the_machine_capvcd_builds_is_the_one_judged() {
         stored["metadata"]["annotations"]["nicpolicy.io/nic-plan"],
         "{\"policy\":\"as built\",\"nics\":[]}"
     );
-    kubectl.ok(&[
-        "patch",
-        "cluster",
-        "-n",
-        "prod-eu11",
-        "prod-eu11",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"paused":false}}"#,
-    ]);
+    set_paused(&kubectl, "prod-eu11", false);
 
     // Clearing its provider ID (CAPVCD would build from the list again) is judged in full and
     // refused; an update that keeps it is not.
