@@ -203,6 +203,43 @@ async fn invalid_machines_are_refused_with_every_field_as_kubectl_prints_it() {
     cluster_namespace(&kubectl, "prod-eu2");
     let _webhook = Webhook::registered(&plane, "invalid").await;
 
+    // Eleven NICs (the primary and ten extra networks), more than a Cloud Director VM takes
+    // and than the shipped maxNics: refused at v1beta2, the count and each unknown network
+    // named.
+    let big = worker(
+        "prod-eu2",
+        "prod-eu2-md-0-w9x2c",
+        Some("prod-eu2"),
+        Some(&[
+            "storage-net",
+            "workload-net",
+            "backup-net",
+            "ext-dmz-net",
+            "lab-net-1",
+            "lab-net-2",
+            "lab-net-3",
+            "lab-net-4",
+            "lab-net-5",
+            "lab-net-6",
+        ]),
+    );
+    assert_eq!(big["apiVersion"], "infrastructure.cluster.x-k8s.io/v1beta2");
+    let client = plane.client().await;
+    let err = create(&client, &big, false)
+        .await
+        .expect_err("eleven NICs are refused");
+    let (code, _, message, causes) = refusal(&err);
+    assert_eq!(code, 422, "{message}");
+    let fields: Vec<&str> = causes.iter().map(|(field, _)| field.as_str()).collect();
+    assert!(fields.contains(&"spec.extraOvdcNetworks"), "{fields:?}");
+    for i in 4..10 {
+        let field = format!("spec.extraOvdcNetworks[{i}]");
+        assert!(
+            fields.contains(&field.as_str()),
+            "{field} missing: {fields:?}"
+        );
+    }
+
     // kubectl apply, as a person: the denial names every field, like a schema error.
     let machine = invalid_machine("prod-eu2", "prod-eu2-md-0-h3v8r");
     let applied = kubectl.run_with(&["apply", "-f", "-"], Some(&machine.to_string()));
@@ -244,7 +281,6 @@ async fn invalid_machines_are_refused_with_every_field_as_kubectl_prints_it() {
     }
 
     // kube-rs, as a controller: 422 Invalid with one cause per field.
-    let client = plane.client().await;
     for dry_run in [false, true] {
         let err = create(&client, &machine, dry_run)
             .await
