@@ -231,34 +231,75 @@ pub fn compile_in_child(
     })
 }
 
-/// What a failed child's exit says.
+/// What a failed child's exit says. Only an allocation failure (the child's data limit, which
+/// it reports before it aborts) or the kernel's SIGKILL (a cgroup's OOM killer) is blamed on
+/// memory; any other signal is named as what it is.
 fn child_failure(status: std::process::ExitStatus, errors: &str, memory_bytes: u64) -> String {
     let out_of_memory = errors.contains("memory allocation") || errors.contains("out of memory");
+    let limit = memory_bytes >> 20;
     #[cfg(unix)]
     {
+        use rustix::process::Signal;
         use std::os::unix::process::ExitStatusExt;
-        if out_of_memory || status.signal().is_some() {
-            return format!(
-                "the compile needed more than its memory limit of {} MiB (compile.memory) and \
-                 was stopped{}",
-                memory_bytes >> 20,
-                status
-                    .signal()
-                    .map(|s| format!(" (signal {s})"))
-                    .unwrap_or_default()
-            );
+        match status.signal() {
+            Some(signal) if out_of_memory => {
+                return format!(
+                    "the compile needed more than its memory limit of {limit} MiB \
+                     (compile.memory) and was stopped ({})",
+                    signal_name(signal)
+                )
+            }
+            Some(signal) if signal == Signal::KILL.as_raw() => {
+                return format!(
+                    "the compiler process was killed ({}): by the kernel's out-of-memory \
+                     killer when the pod's memory ran out (its own limit is {limit} MiB, \
+                     compile.memory), or by an operator",
+                    signal_name(signal)
+                )
+            }
+            Some(signal) => {
+                let said = if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {errors}")
+                };
+                return format!(
+                    "the compiler process died of {} while compiling the module{said}",
+                    signal_name(signal)
+                );
+            }
+            None => {}
         }
     }
     if out_of_memory {
         return format!(
-            "the compile needed more than its memory limit of {} MiB (compile.memory)",
-            memory_bytes >> 20
+            "the compile needed more than its memory limit of {limit} MiB (compile.memory)"
         );
     }
     if errors.is_empty() {
         format!("the compiler process failed ({status})")
     } else {
         errors.to_string()
+    }
+}
+
+/// A signal by its name, as `kill -l` spells it, and its number.
+#[cfg(unix)]
+fn signal_name(signal: i32) -> String {
+    use rustix::process::Signal;
+    const NAMED: [(Signal, &str); 8] = [
+        (Signal::ABORT, "SIGABRT"),
+        (Signal::BUS, "SIGBUS"),
+        (Signal::FPE, "SIGFPE"),
+        (Signal::ILL, "SIGILL"),
+        (Signal::KILL, "SIGKILL"),
+        (Signal::SEGV, "SIGSEGV"),
+        (Signal::TERM, "SIGTERM"),
+        (Signal::XCPU, "SIGXCPU"),
+    ];
+    match NAMED.iter().find(|(s, _)| s.as_raw() == signal) {
+        Some((_, name)) => format!("{name}, signal {signal}"),
+        None => format!("signal {signal}"),
     }
 }
 
@@ -348,5 +389,30 @@ mod tests {
         assert!(ChildSettings::parse("max-memory=lots")
             .unwrap_err()
             .contains("max-memory"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_childs_signal_is_named_and_only_memory_failures_blame_memory() {
+        use std::os::unix::process::ExitStatusExt;
+        let signalled = |signal: i32| std::process::ExitStatus::from_raw(signal);
+        let abort_oom = child_failure(
+            signalled(libc::SIGABRT),
+            "memory allocation of 4096 bytes failed",
+            128 << 20,
+        );
+        assert!(
+            abort_oom.starts_with("the compile needed more than its memory limit of 128 MiB"),
+            "{abort_oom}"
+        );
+        assert!(abort_oom.contains("SIGABRT, signal 6"), "{abort_oom}");
+        let segv = child_failure(signalled(libc::SIGSEGV), "", 128 << 20);
+        assert_eq!(
+            segv,
+            "the compiler process died of SIGSEGV, signal 11 while compiling the module"
+        );
+        assert!(!segv.contains("memory limit"));
+        let killed = child_failure(signalled(libc::SIGKILL), "", 128 << 20);
+        assert!(killed.contains("killed (SIGKILL, signal 9)"), "{killed}");
     }
 }
