@@ -11,8 +11,6 @@
 //! in the controller), and a Warning Event. Readiness is left alone: under `failurePolicy:
 //! Fail`, an unready webhook would refuse the writes that do reach it.
 
-use std::collections::BTreeMap;
-
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -155,32 +153,28 @@ pub fn watch(client: kube::Client, gauge: UnguardedGauge, component: &str) {
         tokio::spawn(async move {
             let stream = watcher(api, config).default_backoff();
             let mut stream = std::pin::pin!(stream);
-            let mut seen: BTreeMap<String, CustomResourceDefinition> = BTreeMap::new();
-            let mut listing: BTreeMap<String, CustomResourceDefinition> = BTreeMap::new();
+            // The field selector names one CRD: each event says all there is of it.
+            let mut listing: Option<CustomResourceDefinition> = None;
             let mut last: Option<Coverage> = None;
             while let Some(event) = stream.next().await {
-                match event {
+                let current = match event {
                     Ok(watcher::Event::Init) => {
-                        listing.clear();
+                        listing = None;
                         continue;
                     }
                     Ok(watcher::Event::InitApply(crd)) => {
-                        listing.insert(crd_key(&crd), crd);
+                        listing = Some(crd);
                         continue;
                     }
-                    Ok(watcher::Event::InitDone) => seen = std::mem::take(&mut listing),
-                    Ok(watcher::Event::Apply(crd)) => {
-                        seen.insert(crd_key(&crd), crd);
-                    }
-                    Ok(watcher::Event::Delete(crd)) => {
-                        seen.remove(&crd_key(&crd));
-                    }
+                    Ok(watcher::Event::InitDone) => listing.take(),
+                    Ok(watcher::Event::Apply(crd)) => Some(crd),
+                    Ok(watcher::Event::Delete(_)) => None,
                     Err(err) => {
                         tracing::warn!(kind = kind.as_str(), error = %err, "cannot watch the CRD; retrying");
                         continue;
                     }
-                }
-                let now = coverage(kind, seen.values().next());
+                };
+                let now = coverage(kind, current.as_ref());
                 if last.as_ref() == Some(&now) {
                     continue;
                 }
@@ -189,10 +183,6 @@ pub fn watch(client: kube::Client, gauge: UnguardedGauge, component: &str) {
             }
         });
     }
-}
-
-fn crd_key(crd: &CustomResourceDefinition) -> String {
-    crd.metadata.name.clone().unwrap_or_default()
 }
 
 async fn report(kind: ObjectKind, now: &Coverage, gauge: &UnguardedGauge, recorder: &Recorder) {

@@ -122,8 +122,17 @@ pub fn may_ratchet(request: &Request) -> bool {
         && !request.cluster_unknown
         && old.failure_domain == new.failure_domain
         && old.role == new.role
-        && (request.kind == ObjectKind::VcdMachineTemplate
-            || (old.is_provisioned() && new.provider_id == old.provider_id))
+        && (request.kind == ObjectKind::VcdMachineTemplate || stays_provisioned(request))
+}
+
+/// Whether an UPDATE leaves a provisioned machine provisioned: the stored object and the new
+/// one carry the same non-empty `spec.providerID`. What the ratchet ([`may_ratchet`]) and the
+/// kept plan record ([`rewritten_plan`]) rest on.
+pub fn stays_provisioned(request: &Request) -> bool {
+    request.operation == Operation::Update
+        && request.old_machine.as_ref().is_some_and(|old| {
+            old.is_provisioned() && old.provider_id == request.machine.provider_id
+        })
 }
 
 /// Applies to a machine created already built (a non-empty `spec.providerID` on a CREATE, as
@@ -283,11 +292,7 @@ pub fn undefaulted(request: &Request, decision: &Decision) -> Option<Violation> 
 pub fn rewritten_plan(request: &Request) -> Option<Option<&String>> {
     let old = request.old_machine.as_ref()?;
     let new = &request.machine;
-    if request.operation != Operation::Update
-        || !old.is_provisioned()
-        || old.provider_id != new.provider_id
-        || request.is_deleting()
-    {
+    if !stays_provisioned(request) || request.is_deleting() {
         return None;
     }
     let (was, is) = (

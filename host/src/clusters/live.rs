@@ -181,10 +181,12 @@ impl ClusterSource for KubeClusters {
         };
         let key =
             ObjectRef::new_with(cluster_name, caches.cluster_resource.clone()).within(namespace);
+        // A served object's `data` holds everything but its metadata: `spec` is where a
+        // manifest has it.
         caches
             .clusters
             .get(&key)
-            .is_some_and(|cluster| cluster.data.pointer("/spec/paused") == Some(&Value::Bool(true)))
+            .is_some_and(|cluster| super::is_paused(&cluster.data))
     }
 
     fn knows_machines(&self) -> bool {

@@ -5,7 +5,9 @@
 
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::DynamicObject;
-use nicpolicy_plugin::lifecycle::{is_topology_dry_run, unknown_cluster_warning};
+use nicpolicy_plugin::lifecycle::{
+    is_topology_dry_run, stays_provisioned, unknown_cluster_warning,
+};
 use nicpolicy_plugin::objects::{
     machine_from_object, policy_request, same_cluster, Stored, CAPVCD_GROUP,
 };
@@ -88,29 +90,26 @@ impl Reviewer {
         };
         stages::mark(Stage::ClusterLookup);
         let machine = &objects.machine;
-        let provisioned = machine.is_provisioned();
         // Created already built: a provider ID on a CREATE while the cluster is paused, as
         // `clusterctl move` and restores create machines whose VM exists. Anywhere else a
         // provider ID on a CREATE proves nothing (CAPVCD v1.3.2 builds a VM for a VCDMachine
-        // whose status has no provider ID), so the machine is judged in full.
-        let paused = objects
-            .cluster_name
-            .as_deref()
-            .is_some_and(|name| self.clusters.cluster_paused(&machine.namespace, name))
-            || machine.annotations.contains_key(PAUSED_ANNOTATION);
-        let already_built = request.operation == Operation::Create
+        // whose status has no provider ID), so the machine is judged in full. The cluster is
+        // looked up only for such a CREATE.
+        let created_provisioned =
+            request.operation == Operation::Create && machine.is_provisioned();
+        let already_built = created_provisioned
             && kind == ObjectKind::VcdMachine
-            && provisioned
-            && paused;
-        if request.operation == Operation::Create && provisioned && !already_built {
+            && (machine.annotations.contains_key(PAUSED_ANNOTATION)
+                || objects
+                    .cluster_name
+                    .as_deref()
+                    .is_some_and(|name| self.clusters.cluster_paused(&machine.namespace, name)));
+        if created_provisioned && !already_built {
             warnings.push(format!(
                 "nicpolicy: {display} is created with spec.providerID outside a paused cluster: \
                  judged in full (a move or restore pauses the Cluster first)"
             ));
         }
-        let keeps_plan = objects.stored.as_ref().is_some_and(|stored| {
-            stored.machine.is_provisioned() && stored.machine.provider_id == machine.provider_id
-        });
         let topology_dry_run = is_topology_dry_run(request.dry_run, &machine.annotations);
         let policy = policy_request(
             objects.kind,
@@ -119,6 +118,7 @@ impl Reviewer {
             cluster,
             served.inventory.clone(),
         );
+        let keeps_plan = stays_provisioned(&policy);
         stages::mark(Stage::RequestBuild);
         Ok(Job {
             request,
