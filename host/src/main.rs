@@ -88,8 +88,9 @@ enum Command {
     /// NetworkConnectionSection (vcd) and the guest's cloud-init network config
     /// (network-config).
     Render(cli::render_plan::RenderArgs),
-    /// Audit the cluster continuously: PolicyReports, Events and metrics for every VCDMachine
-    /// and VCDMachineTemplate, with an optional candidate chain (shadow mode).
+    /// Audit the cluster continuously: reports (OpenReports or PolicyReports), Events and
+    /// metrics for every VCDMachine and VCDMachineTemplate, with an optional candidate chain
+    /// (shadow mode).
     Controller(cli::controller::ControllerArgs),
 }
 

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use nicpolicy::audit::{evaluate_all, Inputs, Summary};
-use nicpolicy::controller::report::{self, Bounds};
+use nicpolicy::controller::report::{self, Bounds, Format};
 use nicpolicy::{PolicyChain, PolicyOptions};
 use nicpolicy_plugin::capvcd;
 
@@ -115,7 +115,7 @@ fn main() {
     let first: BTreeMap<String, report::Report> = by_namespace(&findings)
         .into_iter()
         .map(|(ns, fs)| {
-            let built = report::build(&ns, &policy, &fs, Bounds::default());
+            let built = report::build(Format::OpenReports, &ns, &policy, &fs, Bounds::default());
             (ns, built)
         })
         .collect();
@@ -140,7 +140,10 @@ fn main() {
         .into_iter()
         .filter(|(ns, fs)| {
             first.get(ns).map(|r| &r.fingerprint)
-                != Some(&report::build(ns, &policy, fs, Bounds::default()).fingerprint)
+                != Some(
+                    &report::build(Format::OpenReports, ns, &policy, fs, Bounds::default())
+                        .fingerprint,
+                )
         })
         .count();
     println!(

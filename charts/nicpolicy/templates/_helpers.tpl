@@ -133,3 +133,24 @@ file docker reads) and CA, when given. */}}
     name: {{ required "verification.keysConfigMap: the ConfigMap holding the public keys the rules name" .Values.verification.keysConfigMap }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The controller's report format, checked: openreports or wgpolicyk8s.
+*/}}
+{{- define "nicpolicy.reportFormat" -}}
+{{- $format := .Values.controller.reports.format -}}
+{{- if not (has $format (list "openreports" "wgpolicyk8s")) -}}
+{{- fail (printf "controller.reports.format: %q is neither openreports nor wgpolicyk8s" $format) -}}
+{{- end -}}
+{{- $format -}}
+{{- end -}}
+
+{{/*
+Whether to install the report CRD: controller.installReportCRD, and false when the value's
+name before, controller.installPolicyReportCRD, is set false. Non-empty means yes.
+*/}}
+{{- define "nicpolicy.installReportCRD" -}}
+{{- if and .Values.controller.installReportCRD (ne (toString .Values.controller.installPolicyReportCRD) "false") -}}
+true
+{{- end -}}
+{{- end -}}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use nicpolicy::controller::lease::LeaseConfig;
-use nicpolicy::controller::report::Bounds;
+use nicpolicy::controller::report::{Bounds, Format};
 use nicpolicy::controller::{self, Options};
 
 use super::common::{host_for, init_logging, read_config, shutdown_signal, LogArgs};
@@ -20,7 +20,7 @@ pub struct ControllerArgs {
     config: Option<PathBuf>,
     /// A second configuration file of the same format whose policies are the candidate chain
     /// (shadow mode): each object is also evaluated with it, and the differences appear in the
-    /// PolicyReports and metrics.
+    /// reports and metrics.
     #[arg(long, value_name = "FILE")]
     candidate_config: Option<PathBuf>,
     /// Address of /metrics, /healthz and /readyz.
@@ -35,9 +35,14 @@ pub struct ControllerArgs {
     /// Gather changes this long before evaluating a namespace.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = nicpolicy::limits::parse_duration)]
     debounce: Duration,
-    /// Results per PolicyReport at most (failures kept first; the summary counts everything).
+    /// Results per report at most (failures kept first; the summary counts everything).
     #[arg(long, value_name = "N", default_value_t = Bounds::default().max_results)]
     max_report_results: usize,
+    /// The reports written: openreports (openreports.io/v1alpha1 Reports) or wgpolicyk8s
+    /// (wgpolicyk8s.io/v1alpha2 PolicyReports). Reports of the other kind this controller wrote
+    /// before are removed.
+    #[arg(long, value_name = "FORMAT", default_value = "openreports")]
+    report_format: Format,
     /// Events per minute on objects that newly fail (0: none).
     #[arg(long, value_name = "N", default_value_t = 60)]
     events_per_minute: u32,
@@ -96,6 +101,7 @@ pub fn run(args: ControllerArgs) -> Result<u8, Failure> {
             max_results: args.max_report_results.max(1),
             ..Bounds::default()
         },
+        format: args.report_format,
         events_per_minute: args.events_per_minute,
         events_burst: args.events_burst,
         lease,

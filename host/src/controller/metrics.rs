@@ -7,10 +7,10 @@
 //! | `nicpolicy_controller_candidate_differences` | `change` | objects the candidate chain decides differently: `newlyDenied`, `newlyAllowed`, `nicPlan`, ... |
 //! | `nicpolicy_controller_evaluation_duration_seconds` | | one object's evaluation (chain and candidate) |
 //! | `nicpolicy_controller_queue_depth` | | namespaces waiting to be evaluated |
-//! | `nicpolicy_controller_report_writes_total` | `result` | PolicyReport writes: `written`, `unchanged`, `deleted`, `failed` |
+//! | `nicpolicy_controller_report_writes_total` | `result` | report writes: `written`, `unchanged`, `deleted` (a namespace emptied, or a report of the kind used before a switch), `failed` |
 //! | `nicpolicy_controller_events_total` | `result` | Events: `sent`, `dropped` (rate limit), `failed` |
 //! | `nicpolicy_controller_leader` | | 1 while this replica holds the Lease |
-//! | `nicpolicy_controller_retries_waiting` | | namespaces whose PolicyReport or Events failed, waiting to be tried again (1 s doubling to 5 min) |
+//! | `nicpolicy_controller_retries_waiting` | | namespaces whose report or Events failed, waiting to be tried again (1 s doubling to 5 min) |
 //! | `nicpolicy_controller_policy_generation` | | generation of the loaded configuration (rises on reload) |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -115,7 +115,7 @@ impl Metrics {
         );
         registry.register(
             "report_writes",
-            "PolicyReport writes by result",
+            "Report writes by result",
             metrics.report_writes.clone(),
         );
         registry.register("events", "Events by result", metrics.events.clone());
@@ -126,7 +126,7 @@ impl Metrics {
         );
         registry.register(
             "retries_waiting",
-            "Namespaces whose PolicyReport or Events failed, waiting to be tried again",
+            "Namespaces whose report or Events failed, waiting to be tried again",
             metrics.retries_waiting.clone(),
         );
         registry.register(

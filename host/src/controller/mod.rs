@@ -7,7 +7,8 @@
 //! [`crate::audit`], one namespace at a time (so memory follows the largest namespace, not the
 //! queue), and reported as:
 //!
-//! - a PolicyReport per namespace ([`report`]), written only when its results change;
+//! - a report per namespace ([`report`]: an OpenReports `Report`, or a `PolicyReport`), written
+//!   only when its results change;
 //! - a Warning Event on each object that newly fails ([`events`]), deduplicated, rate-limited;
 //! - Prometheus metrics ([`metrics`]) on `/metrics`, beside `/healthz` and `/readyz`.
 //!
@@ -44,10 +45,10 @@ use crate::{Host, PolicyChain};
 
 use self::lease::{Leadership, LeaseConfig};
 use self::metrics::Metrics;
-use self::report::Bounds;
+use self::report::{Bounds, Format};
 use self::worker::Worker;
 
-/// Field manager of the PolicyReports written.
+/// Field manager of the reports written.
 const MANAGER: &str = "nicpolicy-controller";
 
 /// How the controller runs.
@@ -64,8 +65,11 @@ pub struct Options {
     pub resync: Duration,
     /// Changes are gathered this long before a namespace is evaluated.
     pub debounce: Duration,
-    /// Size bound of each PolicyReport.
+    /// Size bound of each report.
     pub bounds: Bounds,
+    /// The kind of report written; the other kind's reports (of a run before a switch) are
+    /// removed.
+    pub format: Format,
     /// Events per minute on average (0: no Events).
     pub events_per_minute: u32,
     /// Events at once.
@@ -162,9 +166,9 @@ impl Shared {
 /// Runs one write while this replica leads: cut when its Lease would lapse, so a write does
 /// not wait on a stalled API server past the point where another replica may lead (a request
 /// already sent may still be applied; the next leader's write replaces it).
-async fn while_leading<T>(
+async fn while_leading<T, E: std::fmt::Display>(
     leading: &Leadership,
-    write: impl std::future::Future<Output = Result<T, kube::Error>>,
+    write: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
     let Some(left) = leading.remaining() else {
         return write.await.map_err(|err| err.to_string());

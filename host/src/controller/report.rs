@@ -1,8 +1,12 @@
-//! PolicyReports (`wgpolicyk8s.io/v1alpha2`, the format Kyverno and Kubewarden's audit scanner
-//! write and policy dashboards read): one per namespace, built from the namespace's findings,
-//! bounded in size, with a fingerprint so it is written only when its results change.
+//! The controller's reports: one per namespace, built from the namespace's findings, bounded in
+//! size, with a fingerprint so it is written only when its results change. Two kinds hold the
+//! same results ([`Format`]): OpenReports' `Report` (`openreports.io/v1alpha1`, the default,
+//! what Kubewarden and Kyverno write today and Policy Reporter reads) and the Policy Working
+//! Group's `PolicyReport` (`wgpolicyk8s.io/v1alpha2`, what they wrote before).
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
@@ -42,10 +46,103 @@ impl Default for Bounds {
     }
 }
 
+/// The kind of report the controller writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `openreports.io/v1alpha1` `Report`.
+    #[default]
+    OpenReports,
+    /// `wgpolicyk8s.io/v1alpha2` `PolicyReport`.
+    PolicyReport,
+}
+
+impl Format {
+    /// Both, the default first.
+    pub const ALL: [Format; 2] = [Format::OpenReports, Format::PolicyReport];
+
+    /// The name the command line and the chart use: `openreports` or `wgpolicyk8s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::OpenReports => "openreports",
+            Format::PolicyReport => "wgpolicyk8s",
+        }
+    }
+
+    /// `group/version`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Format::OpenReports => "openreports.io/v1alpha1",
+            Format::PolicyReport => "wgpolicyk8s.io/v1alpha2",
+        }
+    }
+
+    /// The kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Format::OpenReports => "Report",
+            Format::PolicyReport => "PolicyReport",
+        }
+    }
+
+    /// The CRD that serves the kind.
+    pub fn crd(self) -> &'static str {
+        match self {
+            Format::OpenReports => "reports.openreports.io",
+            Format::PolicyReport => "policyreports.wgpolicyk8s.io",
+        }
+    }
+
+    /// The other kind: the one whose reports a switch leaves behind.
+    pub fn other(self) -> Format {
+        match self {
+            Format::OpenReports => Format::PolicyReport,
+            Format::PolicyReport => Format::OpenReports,
+        }
+    }
+
+    /// The resource.
+    pub fn resource(self) -> ApiResource {
+        let (group, version) = self
+            .api_version()
+            .split_once('/')
+            .unwrap_or((self.api_version(), ""));
+        let plural = match self {
+            Format::OpenReports => "reports",
+            Format::PolicyReport => "policyreports",
+        };
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, self.kind()),
+            plural,
+        )
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.kind(), self.api_version())
+    }
+}
+
+/// A report format name that is neither `openreports` nor `wgpolicyk8s`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown report format `{0}`: use openreports (openreports.io/v1alpha1 Reports) or wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReports)")]
+pub struct UnknownFormat(String);
+
+impl FromStr for Format {
+    type Err = UnknownFormat;
+
+    fn from_str(name: &str) -> Result<Format, UnknownFormat> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| UnknownFormat(name.to_string()))
+    }
+}
+
 /// A built report: the object to apply and the digest of its content.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
-    /// The PolicyReport object (server-side apply body).
+    /// The report object (server-side apply body).
     pub object: Value,
     /// sha256 of the summary and results, as the fingerprint annotation holds it.
     pub fingerprint: String,
@@ -53,15 +150,7 @@ pub struct Report {
     pub left_out: usize,
 }
 
-/// The PolicyReport resource (`wgpolicyk8s.io/v1alpha2`, `policyreports`).
-pub fn resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
-        "policyreports",
-    )
-}
-
-/// `pass`, `fail`, `skip` or `error`, as PolicyReports spell results.
+/// `pass`, `fail`, `skip` or `error`, as both kinds spell results.
 fn result_word(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Allowed => "pass",
@@ -211,9 +300,11 @@ fn rank(result: &Value) -> u8 {
     }
 }
 
-/// The PolicyReport of `namespace` for `findings` (the namespace's machines); `policy` names
-/// the chain that decides each kind.
+/// The report of `namespace` for `findings` (the namespace's machines), of kind `format`;
+/// `policy` names the chain that decides each kind. Both kinds hold the same summary and
+/// results, so they have the same fingerprint.
 pub fn build(
+    format: Format,
     namespace: &str,
     policy: &dyn Fn(&str) -> String,
     findings: &[Finding],
@@ -261,9 +352,9 @@ pub fn build(
     if left_out > 0 {
         annotations.insert(TRUNCATED_ANNOTATION, left_out.to_string());
     }
-    let object = json!({
-        "apiVersion": "wgpolicyk8s.io/v1alpha2",
-        "kind": "PolicyReport",
+    let mut object = json!({
+        "apiVersion": format.api_version(),
+        "kind": format.kind(),
         "metadata": {
             "name": REPORT_NAME,
             "namespace": namespace,
@@ -273,6 +364,10 @@ pub fn build(
         "summary": content["summary"],
         "results": content["results"],
     });
+    if format == Format::OpenReports {
+        // One engine wrote every result: OpenReports says so once, on the report.
+        object["source"] = "nicpolicy".into();
+    }
     Report {
         object,
         fingerprint,
@@ -333,6 +428,7 @@ mod tests {
             ..Bounds::default()
         };
         let report = build(
+            Format::OpenReports,
             "prod-eu1",
             &|_| "nicpolicy-capvcd".into(),
             &findings,
@@ -379,6 +475,7 @@ mod tests {
             built: "POOL".into(),
         }];
         let report = build(
+            Format::OpenReports,
             "prod-eu1",
             &|_| "capvcd".into(),
             &[admitted],
@@ -428,6 +525,7 @@ mod tests {
             })
             .collect();
         let report = build(
+            Format::OpenReports,
             "prod-eu1",
             &|_| "capvcd".into(),
             &findings,
@@ -447,7 +545,13 @@ mod tests {
             max_bytes: usize::MAX,
             ..Bounds::default()
         };
-        let unbounded = build("prod-eu1", &|_| "capvcd".into(), &findings, count_only);
+        let unbounded = build(
+            Format::PolicyReport,
+            "prod-eu1",
+            &|_| "capvcd".into(),
+            &findings,
+            count_only,
+        );
         assert!(
             unbounded.object.to_string().len() > 3 << 19,
             "1.5 MiB or more"
@@ -458,16 +562,97 @@ mod tests {
     fn the_fingerprint_changes_with_results_only() {
         let a = vec![finding("prod-eu1-md-0-a", 0), finding("prod-eu1-md-0-b", 1)];
         let b = vec![finding("prod-eu1-md-0-b", 1), finding("prod-eu1-md-0-a", 0)];
-        let first = build("prod-eu1", &|_| "p".into(), &a, Bounds::default());
+        let first = build(
+            Format::OpenReports,
+            "prod-eu1",
+            &|_| "p".into(),
+            &a,
+            Bounds::default(),
+        );
         // Input order does not matter.
         assert_eq!(
             first.fingerprint,
-            build("prod-eu1", &|_| "p".into(), &b, Bounds::default()).fingerprint
+            build(
+                Format::OpenReports,
+                "prod-eu1",
+                &|_| "p".into(),
+                &b,
+                Bounds::default()
+            )
+            .fingerprint
         );
         let fixed = vec![finding("prod-eu1-md-0-a", 0), finding("prod-eu1-md-0-b", 0)];
         assert_ne!(
             first.fingerprint,
-            build("prod-eu1", &|_| "p".into(), &fixed, Bounds::default()).fingerprint
+            build(
+                Format::OpenReports,
+                "prod-eu1",
+                &|_| "p".into(),
+                &fixed,
+                Bounds::default()
+            )
+            .fingerprint
         );
+    }
+
+    #[test]
+    fn both_kinds_hold_the_same_results_and_fingerprint() {
+        let findings = vec![finding("prod-eu1-md-0-a", 0), finding("prod-eu1-md-0-b", 2)];
+        let open = build(
+            Format::OpenReports,
+            "prod-eu1",
+            &|_| "capvcd".into(),
+            &findings,
+            Bounds::default(),
+        );
+        let wg = build(
+            Format::PolicyReport,
+            "prod-eu1",
+            &|_| "capvcd".into(),
+            &findings,
+            Bounds::default(),
+        );
+        assert_eq!(open.object["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(open.object["kind"], "Report");
+        assert_eq!(open.object["source"], "nicpolicy");
+        assert_eq!(wg.object["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+        assert_eq!(wg.object["kind"], "PolicyReport");
+        assert!(
+            wg.object.get("source").is_none(),
+            "not a PolicyReport field"
+        );
+        assert_eq!(open.object["results"], wg.object["results"]);
+        assert_eq!(open.object["summary"], wg.object["summary"]);
+        assert_eq!(open.fingerprint, wg.fingerprint);
+        // Every result names its policy: OpenReports requires it.
+        for result in open.object["results"].as_array().expect("results") {
+            assert_eq!(result["policy"], "capvcd");
+        }
+    }
+
+    #[test]
+    fn formats_are_named_as_the_chart_names_them() {
+        assert_eq!(
+            "openreports".parse::<Format>().ok(),
+            Some(Format::OpenReports)
+        );
+        assert_eq!(
+            "wgpolicyk8s".parse::<Format>().ok(),
+            Some(Format::PolicyReport)
+        );
+        let err = "policyreport".parse::<Format>().expect_err("unknown");
+        assert!(err.to_string().contains("use openreports"), "{err}");
+        assert_eq!(Format::default(), Format::OpenReports);
+        assert_eq!(Format::OpenReports.other(), Format::PolicyReport);
+        let resource = Format::OpenReports.resource();
+        assert_eq!(
+            (
+                resource.group.as_str(),
+                resource.version.as_str(),
+                resource.plural.as_str()
+            ),
+            ("openreports.io", "v1alpha1", "reports")
+        );
+        assert_eq!(Format::PolicyReport.resource().plural, "policyreports");
     }
 }

@@ -1,4 +1,4 @@
-//! Retries of a namespace's report or Events, with exponential backoff: a PolicyReport the API
+//! Retries of a namespace's report or Events, with exponential backoff: a report the API
 //! server refuses (too large, a webhook of its own, RBAC removed) is tried again after 1 s, 2 s,
 //! 4 s, ... up to 5 minutes, not on every pass.
 

@@ -1,5 +1,5 @@
 //! The controller's loop: one worker that, while this replica leads, evaluates the queued
-//! namespaces one at a time, writes their PolicyReports and Events, and keeps the gauges.
+//! namespaces one at a time, writes their reports and Events, and keeps the gauges.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -39,6 +39,9 @@ pub(super) struct Worker {
     was_leading: bool,
     /// Namespaces whose report or Events failed, waiting with backoff.
     retries: Retries,
+    /// Whether the reports of the other kind (left by a run with the other format) were
+    /// removed since this replica took the lead.
+    other_kind_removed: bool,
 }
 
 impl Worker {
@@ -73,6 +76,7 @@ impl Worker {
             generations: (0, 0),
             was_leading: false,
             retries: Retries::default(),
+            other_kind_removed: false,
         }
     }
 
@@ -120,9 +124,13 @@ impl Worker {
                 if let Err(err) = self.read_reports().await {
                     // Each namespace's report is then read when it is first evaluated; only
                     // reports of namespaces emptied meanwhile are left until a later start.
-                    tracing::warn!(error = %err, "cannot list the PolicyReports written before");
+                    tracing::warn!(error = %err, kind = %self.options.format, "cannot list the reports written before");
                 }
+                self.other_kind_removed = false;
                 everything = true;
+            }
+            if leading && !self.other_kind_removed {
+                self.other_kind_removed = self.remove_other_kind().await;
             }
             self.was_leading = leading;
             if everything {
@@ -220,12 +228,18 @@ impl Worker {
                 continue;
             }
             let leading = self.shared.leading.clone();
-            let written = match while_leading(&leading, self.report(&namespace, &findings)).await {
+            let format = self.options.format;
+            let write = async {
+                self.report(&namespace, &findings)
+                    .await
+                    .map_err(|err| write_error(format, &err))
+            };
+            let written = match while_leading(&leading, write).await {
                 Ok(()) => true,
                 Err(err) => {
                     Metrics::count(&self.shared.metrics.report_writes, "failed");
                     let wait = self.retries.failed(&namespace, tokio::time::Instant::now());
-                    tracing::warn!(%namespace, error = %err, retry_in_ms = wait.as_millis(), "cannot write the PolicyReport");
+                    tracing::warn!(%namespace, error = %err, retry_in_ms = wait.as_millis(), "cannot write the report");
                     false
                 }
             };
@@ -274,7 +288,11 @@ impl Worker {
     }
 
     fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), namespace, &report::resource())
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &self.options.format.resource(),
+        )
     }
 
     /// Reads the reports written before (by an earlier process or another replica), a few at
@@ -282,7 +300,8 @@ impl Worker {
     /// they are not announced again; their namespaces, so the report of a namespace emptied
     /// meanwhile is deleted rather than left behind.
     async fn read_reports(&mut self) -> Result<(), kube::Error> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &report::resource());
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &self.options.format.resource());
         // Reports are up to a few hundred KiB each: small pages keep the listing small.
         let mut params = ListParams::default().labels(report::SELECTOR).limit(10);
         loop {
@@ -318,7 +337,66 @@ impl Worker {
         self.written.insert(namespace.to_string(), found);
     }
 
-    /// Writes the namespace's PolicyReport when its results changed; deletes it when the
+    /// Deletes the reports of the other kind this controller wrote (a run with the other
+    /// format, before a switch) in the namespaces it watches, so a switch leaves one report per
+    /// namespace. `true` when done, or when there is nothing to do (the other kind's CRD is not
+    /// installed, or its reports may not be listed); `false` to try again on the next pass.
+    async fn remove_other_kind(&self) -> bool {
+        let other = self.options.format.other();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &other.resource());
+        let mut params = ListParams::default().labels(report::SELECTOR).limit(50);
+        let mut removed = 0;
+        loop {
+            // The names only: the reports are deleted, not read.
+            let page = match api.list_metadata(&params).await {
+                Ok(page) => page,
+                Err(kube::Error::Api(status)) if status.code == 404 => return true,
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    tracing::warn!(kind = %other, reason = %status.message, "cannot list the other kind's reports (forbidden): any left by a run with the other format stay");
+                    return true;
+                }
+                Err(err) => {
+                    tracing::warn!(kind = %other, error = %err, "cannot list the other kind's reports; trying again");
+                    return false;
+                }
+            };
+            for existing in &page.items {
+                let namespace = existing.metadata.namespace.as_deref().unwrap_or("default");
+                let watched = self.options.namespaces.is_empty()
+                    || self.options.namespaces.iter().any(|n| n == namespace);
+                if existing.metadata.name.as_deref() != Some(report::REPORT_NAME) || !watched {
+                    continue;
+                }
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), namespace, &other.resource());
+                match api
+                    .delete(report::REPORT_NAME, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {
+                        removed += 1;
+                        Metrics::count(&self.shared.metrics.report_writes, "deleted");
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(err) => {
+                        tracing::warn!(%namespace, kind = %other, error = %err, "cannot delete the other kind's report; trying again");
+                        return false;
+                    }
+                }
+            }
+            // Deleting does not disturb the pages: a continue token lists from where it was.
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        if removed > 0 {
+            tracing::info!(kind = %other, removed, writing = %self.options.format, "removed the reports of the format used before");
+        }
+        true
+    }
+
+    /// Writes the namespace's report when its results changed; deletes it when the
     /// namespace has no audited object left.
     async fn report(&mut self, namespace: &str, findings: &[Finding]) -> Result<(), kube::Error> {
         let api = self.reports_api(namespace);
@@ -342,7 +420,13 @@ impl Worker {
                 .and_then(|kind| served.chains.get(&kind))
                 .map_or_else(|| "nicpolicy".to_string(), PolicyChain::name)
         };
-        let built = report::build(namespace, &policy, findings, self.options.bounds);
+        let built = report::build(
+            self.options.format,
+            namespace,
+            &policy,
+            findings,
+            self.options.bounds,
+        );
         if !self.written.contains_key(namespace) {
             // First look since start (or since taking the lead): the report may be current.
             if let Some(existing) = api.get_opt(report::REPORT_NAME).await? {
@@ -358,7 +442,7 @@ impl Worker {
             .await?;
         Metrics::count(&self.shared.metrics.report_writes, "written");
         if built.left_out > 0 {
-            tracing::info!(%namespace, left_out = built.left_out, "PolicyReport bounded: results left out");
+            tracing::info!(%namespace, left_out = built.left_out, "report bounded: results left out");
         }
         self.written
             .insert(namespace.to_string(), built.fingerprint);
@@ -466,8 +550,6 @@ impl Worker {
     }
 }
 
-/// Tells `gate` which objects the report found at start (written by an earlier process or
-/// another replica) lists as failing, and why, so their failures are not announced twice.
 /// Replaces every gauge of `family` with `counts`, labelled by `label`: a value no namespace
 /// has any more disappears.
 fn set_gauges<L>(
@@ -488,6 +570,21 @@ fn set_gauges<L>(
     }
 }
 
+/// A failed write, said so the operator knows what to do when the kind is not served.
+fn write_error(format: report::Format, err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if status.code == 404 && status.reason == "NotFound" => format!(
+            "{err}: is the {} CRD installed? (chart value controller.installReportCRD, or \
+             --report-format={} for the other kind)",
+            format.crd(),
+            format.other().name()
+        ),
+        _ => err.to_string(),
+    }
+}
+
+/// Tells `gate` which objects the report found at start (written by an earlier process or
+/// another replica) lists as failing, and why, so their failures are not announced twice.
 fn seed_from_report(gate: &mut EventGate, namespace: &str, report: &serde_json::Value) {
     let mut failing: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
     for result in report["results"].as_array().into_iter().flatten() {
@@ -551,6 +648,7 @@ mod tests {
         );
         let findings = [typo, dup];
         let written = report::build(
+            report::Format::OpenReports,
             "prod-eu1",
             &|_| "nicpolicy-capvcd".into(),
             &findings,

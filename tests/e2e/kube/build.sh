@@ -4,7 +4,8 @@
 # releases pinned in go.mod beside this script, through the Go module proxy; and helm from
 # helm.sh/helm/v4, pinned in ../helm/go.mod (a module of its own), for the chart's tests; and
 # Cluster API's core manager, pinned in ../capi/go.mod, with Cluster API's and CAPVCD v1.3.2's
-# CRDs (and CAPVCD's templates) taken from their modules into <dir>/crds/.
+# CRDs (and CAPVCD's templates) and OpenReports' report CRDs taken from their modules into
+# <dir>/crds/.
 #
 #   tests/e2e/kube/build.sh              build (or reuse) and print the binary directory last
 #   tests/e2e/kube/build.sh --print-dir  print the binary directory only, build nothing
@@ -68,31 +69,37 @@ capi_dir="$here/../capi"
 capi_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/cluster-api" { print $3; exit }' "$capi_dir/go.mod")
 capvcd_module=github.com/vmware/cluster-api-provider-cloud-director
 capvcd_version=v1.3.2
+openreports_module=github.com/openreports/reports-api
+openreports_version=v0.2.1
 capi_stamp=".capi-${capi_version}-capvcd-${capvcd_version}-$(cat "$capi_dir/go.mod" "$capi_dir/go.sum" "$here/build.sh" | sha256sum | cut -c1-12)"
 build_capi() {
   [[ -f "$dir/$capi_stamp" && -x "$dir/cluster-api-manager" ]] && return 0
   command -v go >/dev/null || { echo "build.sh: no 'go' command (.ci/run installs golang-go)" >&2; return 1; }
-  local start=$SECONDS module_dir capvcd_dir
+  local start=$SECONDS module_dir capvcd_dir openreports_dir
   echo "e2e binaries: building Cluster API's manager ${capi_version} ($(go env GOVERSION))..." >&2
   (cd "$capi_dir" && go mod download && go build -buildvcs=false -ldflags "-s -w" \
     -o "$dir/cluster-api-manager.partial" sigs.k8s.io/cluster-api) >&2
   module_dir=$(cd "$capi_dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
   capvcd_dir=$(cd "$capi_dir" && go mod download -json "${capvcd_module}@${capvcd_version}" |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  openreports_dir=$(cd "$capi_dir" && go mod download -json "${openreports_module}@${openreports_version}" |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
   rm -rf "$dir/crds.partial"
-  mkdir -p "$dir/crds.partial/cluster-api" "$dir/crds.partial/capvcd" "$dir/crds.partial/capvcd-templates"
+  mkdir -p "$dir/crds.partial/cluster-api" "$dir/crds.partial/capvcd" "$dir/crds.partial/capvcd-templates" \
+    "$dir/crds.partial/openreports"
   cp "$module_dir"/config/crd/bases/*.yaml "$module_dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
     "$module_dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$dir/crds.partial/cluster-api/"
   cp "$capvcd_dir"/config/crd/bases/*.yaml "$dir/crds.partial/capvcd/"
   cp "$capvcd_dir"/templates/*.yaml "$dir/crds.partial/capvcd-templates/"
-  echo "${capvcd_module}@${capvcd_version} sigs.k8s.io/cluster-api@${capi_version}" >"$dir/crds.partial/SOURCES"
+  cp "$openreports_dir"/config/crd/*.yaml "$dir/crds.partial/openreports/"
+  echo "${capvcd_module}@${capvcd_version} sigs.k8s.io/cluster-api@${capi_version} ${openreports_module}@${openreports_version}" >"$dir/crds.partial/SOURCES"
   chmod -R u+w "$dir/crds.partial"
   rm -rf "$dir/crds"
   mv "$dir/crds.partial" "$dir/crds"
   mv "$dir/cluster-api-manager.partial" "$dir/cluster-api-manager"
   rm -f "$dir"/.capi-*
   touch "$dir/$capi_stamp"
-  echo "e2e binaries: Cluster API ${capi_version} and CAPVCD ${capvcd_version} CRDs: done in $((SECONDS - start)) s" >&2
+  echo "e2e binaries: Cluster API ${capi_version}, CAPVCD ${capvcd_version} and OpenReports ${openreports_version} CRDs: done in $((SECONDS - start)) s" >&2
 }
 if complete; then
   echo "e2e binaries: reusing kube-apiserver ${k8s_version}, kubectl ${k8s_version}, etcd ${etcd_version} in $dir" >&2

@@ -1,6 +1,7 @@
 //! `nicpolicy controller` run as the project ships it: the webhook's configuration from
 //! config/nicpolicy/ with the candidate configuration from config/controller/candidate/, the
-//! PolicyReport CRD from config/policyreport/, and the identity of the shipped ServiceAccount
+//! OpenReports Report CRD from the OpenReports project's module (tests/e2e/kube/build.sh) and
+//! the PolicyReport CRD from config/policyreport/, and the identity of the shipped ServiceAccount
 //! bound by config/controller/install.yaml (and nothing else), so a rule missing there fails the
 //! suite. Timings (lease, debounce, resync) are shortened through the command line.
 
@@ -12,7 +13,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::binaries::workspace;
+use crate::binaries::{binaries, workspace};
 use crate::control_plane::{free_port, ControlPlane};
 use crate::process::Process;
 use crate::webhook::{nicpolicy_command, service_account_token, shipped_config, shipped_rbac};
@@ -22,6 +23,38 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The ServiceAccount, its namespace and the Lease namespace of config/controller/.
 pub const NAMESPACE: &str = "nicpolicy-system";
 const SERVICE_ACCOUNT: &str = "nicpolicy-controller";
+
+/// The kinds of report the controller writes (`--report-format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportKind {
+    /// `openreports.io/v1alpha1` Report, the default.
+    OpenReports,
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport.
+    PolicyReport,
+}
+
+impl ReportKind {
+    /// `--report-format`'s value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            ReportKind::OpenReports => "--report-format=openreports",
+            ReportKind::PolicyReport => "--report-format=wgpolicyk8s",
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        match self {
+            ReportKind::OpenReports => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
+                "reports",
+            ),
+            ReportKind::PolicyReport => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
+                "policyreports",
+            ),
+        }
+    }
+}
 
 /// How a controller process is started.
 #[derive(Clone, Debug)]
@@ -62,12 +95,22 @@ pub struct Controller {
     http: reqwest::Client,
 }
 
-/// Installs the PolicyReport CRD (config/policyreport/) and the controller's RBAC
-/// (config/controller/install.yaml in nicpolicy-system, as its kustomization applies it), and
-/// returns a kubeconfig with a token of its ServiceAccount. Done once per control plane.
+/// Installs the report CRDs (OpenReports' Report from its module, the PolicyReport CRD of
+/// config/policyreport/) and the controller's RBAC (config/controller/install.yaml in
+/// nicpolicy-system, as its kustomization applies it), and returns a kubeconfig with a token of
+/// its ServiceAccount. Done once per control plane.
 pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
     let config = workspace().join("config");
     let kubectl = plane.kubectl();
+    kubectl.ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &binaries()
+            .crds
+            .join("openreports/openreports.io_reports.yaml")
+            .to_string_lossy(),
+    ]);
     kubectl.ok(&[
         "apply",
         "-k",
@@ -77,6 +120,7 @@ pub fn controller_kubeconfig(plane: &ControlPlane) -> PathBuf {
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
+        "crd/reports.openreports.io",
         "crd/policyreports.wgpolicyk8s.io",
     ]);
     service_account_token(
@@ -243,18 +287,19 @@ impl Drop for Controller {
     }
 }
 
-/// The PolicyReport API in `namespace`.
-pub fn reports(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
-        "policyreports",
-    );
-    Api::namespaced_with(client.clone(), namespace, &resource)
+/// The reports of `kind` in `namespace`.
+pub fn reports(client: &kube::Client, namespace: &str, kind: ReportKind) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &kind.resource())
 }
 
-/// The `nicpolicy` PolicyReport of `namespace`, or None.
+/// The `nicpolicy` report (OpenReports, the default kind) of `namespace`, or None.
 pub async fn report(client: &kube::Client, namespace: &str) -> Option<Value> {
-    reports(client, namespace)
+    report_of(client, namespace, ReportKind::OpenReports).await
+}
+
+/// The `nicpolicy` report of `kind` in `namespace`, or None.
+pub async fn report_of(client: &kube::Client, namespace: &str, kind: ReportKind) -> Option<Value> {
+    reports(client, namespace, kind)
         .get_opt("nicpolicy")
         .await
         .ok()
@@ -275,8 +320,9 @@ pub fn results_of<'a>(report: &'a Value, name: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
-/// Polls the report of `namespace` until `accept` holds for it; returns it and how long that
-/// took. Panics after `deadline` with the last report seen and `controller`'s log.
+/// Polls the report (OpenReports, the default kind) of `namespace` until `accept` holds for
+/// it; returns it and how long that took. Panics after `deadline` with the last report seen
+/// and `controller`'s log.
 pub async fn report_until(
     client: &kube::Client,
     namespace: &str,
@@ -285,10 +331,32 @@ pub async fn report_until(
     what: &str,
     accept: impl Fn(&Value) -> bool,
 ) -> (Value, Duration) {
+    report_of_until(
+        client,
+        namespace,
+        ReportKind::OpenReports,
+        deadline,
+        controller,
+        what,
+        accept,
+    )
+    .await
+}
+
+/// [`report_until`] for a report of `kind`.
+pub async fn report_of_until(
+    client: &kube::Client,
+    namespace: &str,
+    kind: ReportKind,
+    deadline: Duration,
+    controller: &Controller,
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> (Value, Duration) {
     let start = Instant::now();
     let mut last = Value::Null;
     while start.elapsed() < deadline {
-        if let Some(report) = report(client, namespace).await {
+        if let Some(report) = report_of(client, namespace, kind).await {
             if accept(&report) {
                 return (report, start.elapsed());
             }
@@ -297,7 +365,7 @@ pub async fn report_until(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!(
-        "the PolicyReport of {namespace} did not show {what} within {deadline:?}; last seen:\n{}\ncontroller log:\n{}",
+        "the {kind:?} of {namespace} did not show {what} within {deadline:?}; last seen:\n{}\ncontroller log:\n{}",
         serde_json::to_string_pretty(&last["results"]).unwrap_or_default(),
         controller.log_tail(30)
     );

@@ -1,13 +1,17 @@
 //! `nicpolicy controller` against a real API server, with the identity the shipped RBAC
 //! (config/controller/install.yaml) gives it and no webhook registered, so the machines it audits
-//! were written unchecked, as before nicpolicy was installed: their PolicyReports, the candidate
+//! were written unchecked, as before nicpolicy was installed: their reports (OpenReports, and
+//! PolicyReports on request, with a switch between the two), the candidate
 //! chain's differences, Events, a VCDCluster change, leader hand-over and an API server restart.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use nicpolicy_e2e::controller::{eventually, report, report_until, results_of, Settings};
+use nicpolicy_e2e::controller::{
+    eventually, report, report_of, report_of_until, report_until, reports, results_of, ReportKind,
+    Settings,
+};
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
 use nicpolicy_e2e::webhook::edit_config;
 use nicpolicy_e2e::{shared, ControlPlane, Controller, Crds};
@@ -611,6 +615,131 @@ async fn the_report_of_a_namespace_emptied_while_stopped_is_deleted() {
             .metric(r#"nicpolicy_controller_report_writes_total{result="deleted"}"#)
             .await
             >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn policyreports_on_request_and_a_switch_of_format_leaves_one_report() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-formats";
+    cluster_namespace(&kubectl, ns);
+    machine(&client, ns, "audit-formats-md-0-good", ns, &["storage-net"]).await;
+    machine(
+        &client,
+        ns,
+        "audit-formats-md-0-dup",
+        ns,
+        &["storage-net", "storage-net"],
+    )
+    .await;
+    // Another tool's PolicyReport in the same namespace: never nicpolicy's to remove.
+    let theirs: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": "cpol-require-team-label",
+            "namespace": ns,
+            "labels": {"app.kubernetes.io/managed-by": "kyverno"},
+        },
+        "summary": {"pass": 1},
+        "results": [],
+    }))
+    .expect("a PolicyReport");
+    reports(&client, ns, ReportKind::PolicyReport)
+        .create(&Default::default(), &theirs)
+        .await
+        .expect("the other tool's report created");
+    let settled = |r: &Value| r["summary"]["fail"] == 1 && r["summary"]["pass"] == 1;
+
+    let mut settings = Settings::single("formats-wg");
+    settings.args.push(ReportKind::PolicyReport.flag().into());
+    let mut wg = Controller::start(&plane, &settings).await;
+    let (policy_report, _) = report_of_until(
+        &client,
+        ns,
+        ReportKind::PolicyReport,
+        REPORT_DEADLINE,
+        &wg,
+        "both machines",
+        settled,
+    )
+    .await;
+    assert_eq!(policy_report["kind"], "PolicyReport");
+    assert_eq!(
+        verdict(&policy_report, "audit-formats-md-0-dup").as_deref(),
+        Some("fail")
+    );
+    assert!(
+        report(&client, ns).await.is_none(),
+        "an OpenReports Report too"
+    );
+    wg.stop();
+
+    // The default kind: the same results in a Report, and the PolicyReport removed.
+    let mut open = Controller::start(&plane, &Settings::single("formats-open")).await;
+    let (open_report, _) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &open,
+        "both machines",
+        settled,
+    )
+    .await;
+    assert_eq!(open_report["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(open_report["source"], "nicpolicy");
+    assert_eq!(open_report["results"], policy_report["results"]);
+    assert_eq!(open_report["summary"], policy_report["summary"]);
+    eventually(
+        REPORT_DEADLINE,
+        "nicpolicy's PolicyReport removed",
+        || async {
+            report_of(&client, ns, ReportKind::PolicyReport)
+                .await
+                .is_none()
+        },
+    )
+    .await;
+    assert!(
+        open.metric(r#"nicpolicy_controller_report_writes_total{result="deleted"}"#)
+            .await
+            >= 1.0
+    );
+    assert!(
+        open.log()
+            .contains("removed the reports of the format used before"),
+        "{}",
+        open.log_tail(20)
+    );
+    open.stop();
+
+    // And back: the Report goes, the PolicyReport returns.
+    let mut settings = Settings::single("formats-wg-again");
+    settings.args.push(ReportKind::PolicyReport.flag().into());
+    let back = Controller::start(&plane, &settings).await;
+    report_of_until(
+        &client,
+        ns,
+        ReportKind::PolicyReport,
+        REPORT_DEADLINE,
+        &back,
+        "both machines",
+        settled,
+    )
+    .await;
+    eventually(REPORT_DEADLINE, "nicpolicy's Report removed", || async {
+        report(&client, ns).await.is_none()
+    })
+    .await;
+    assert!(
+        reports(&client, ns, ReportKind::PolicyReport)
+            .get_opt("cpol-require-team-label")
+            .await
+            .expect("read")
+            .is_some(),
+        "the other tool's PolicyReport was removed"
     );
 }
 

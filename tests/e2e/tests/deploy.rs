@@ -175,7 +175,7 @@ async fn config_applies_from_a_fresh_clone_and_takes_a_site_module_through_the_o
         "configmap/nicpolicy-candidate",
         "deployment.apps/nicpolicy-controller",
         "service/nicpolicy-controller",
-        "customresourcedefinition.apiextensions.k8s.io/policyreports.wgpolicyk8s.io",
+        "customresourcedefinition.apiextensions.k8s.io/reports.openreports.io",
     ] {
         assert!(audit.stdout.contains(object), "{object}: {}", audit.stdout);
     }
@@ -313,6 +313,30 @@ async fn config_is_what_the_chart_renders() {
     );
 }
 
+#[test]
+fn the_shipped_openreports_crd_is_the_one_the_openreports_project_publishes() {
+    let read = |path: &Path| -> Value {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        let document = serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
+            .find(|doc: &Value| doc.is_object());
+        document.unwrap_or_else(|| panic!("{}: no document", path.display()))
+    };
+    let published = read(
+        &binaries()
+            .crds
+            .join("openreports/openreports.io_reports.yaml"),
+    );
+    let shipped = read(&workspace().join("config/openreports/reports.yaml"));
+    assert_eq!(shipped["metadata"]["name"], "reports.openreports.io");
+    assert_eq!(shipped["metadata"]["name"], published["metadata"]["name"]);
+    assert_eq!(
+        shipped["spec"], published["spec"],
+        "charts/nicpolicy/templates/openreports-crd.yaml is not the module's CRD"
+    );
+}
+
 #[tokio::test]
 async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
     let plane = shared();
@@ -363,7 +387,11 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         (
             "existingSecret",
             "platform-nicpolicy-byo",
-            vec!["certificates.existingSecret.name=webhook-serving"],
+            vec![
+                "certificates.existingSecret.name=webhook-serving",
+                // The other report kind, and its CRD.
+                "controller.reports.format=wgpolicyk8s",
+            ],
         ),
     ] {
         kubectl.ok(&["create", "namespace", namespace]);
@@ -430,6 +458,22 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
                 applied.stdout
             );
         }
+        // The CRD of the report kind chosen, and not the other's.
+        let (crd, other) = if mode == "certManager" {
+            ("reports.openreports.io", "policyreports.wgpolicyk8s.io")
+        } else {
+            ("policyreports.wgpolicyk8s.io", "reports.openreports.io")
+        };
+        let crd_kind = "customresourcedefinition.apiextensions.k8s.io";
+        assert!(
+            applied.stdout.contains(&format!("{crd_kind}/{crd}")),
+            "{crd} missing ({mode}):\n{}",
+            applied.stdout
+        );
+        assert!(
+            !applied.stdout.contains(&format!("{crd_kind}/{other}")),
+            "{other} rendered ({mode})"
+        );
         // The namespace follows the release: the certificate's names, the CA injection and
         // the webhooks' Service.
         let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
