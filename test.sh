@@ -6,16 +6,20 @@
 # playground page in headless Chromium and the Kubewarden builds.
 set -euo pipefail
 cd "$(dirname "$0")"
+source tests/lib/phases.sh
 
 # What the tests need and a fresh machine lacks (Debian's packages, the wasm32 target,
 # wasm-bindgen-cli): installed once, each step named.
+phase "set-up (tests/setup.sh)"
 tests/setup.sh
 
+phase "cargo test --workspace"
 cargo test --workspace
 
 # Every policy's case suite through the CLI, as a site author runs it. The binary `cargo test`
 # just built (same features), rather than `cargo run`, which would rebuild for the host alone.
 nicpolicy="${CARGO_TARGET_DIR:-target}/debug/nicpolicy"
+phase "case suites and the cost gate (nicpolicy test, bench --compare)"
 for policy in capvcd role-based zone-aware static-ip; do
   "$nicpolicy" test --policy "builtin:${policy}" "tests/cases/${policy}"
 done
@@ -29,6 +33,7 @@ for policy in capvcd role-based zone-aware static-ip; do
     --compare "tests/bench/${policy}.json" --threshold 10 >/dev/null
 done
 
+phase "the JS build (wasm-bindgen tests, parity with Wasmtime)"
 # wasm-bindgen-test in Node.
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   cargo test -p nicpolicy-capvcd --features js --target wasm32-unknown-unknown --target-dir target/js
@@ -43,6 +48,7 @@ node --test examples/js/check-parity.mjs
 
 # The starter site policy, exactly as the README's "Writing a policy" builds it (a workspace of
 # its own; its target directory sits beside the others).
+phase "the starter site policy and nicpolicy new"
 site_target="$PWD/target/site-policy"
 nicpolicy_bin="$(cd "$(dirname "$nicpolicy")" && pwd)/nicpolicy"
 site_wasm="$site_target/wasm32-unknown-unknown/release/my_site_policy.wasm"
@@ -75,26 +81,35 @@ rm -rf "$new_dir"
 
 # The guest network config of the worked example, converted by Debian's cloud-init to netplan
 # and systemd-networkd and checked: one default route, on the primary NIC (docs/plan-to-vm.md).
+phase "the guest network config (cloud-init)"
 NICPOLICY_BIN="$nicpolicy" tests/guest/run.sh
 
-# The release image without a container engine (config/image/build.sh: release build, pinned
-# Debian packages, umoci), pushed with skopeo to a loopback docker-registry, pulled back and run
-# in its own root as the pod's user, with the Deployment's module cache.
-tests/image/run.sh
+# The release image without a container engine (config/image/build.sh: pinned Debian packages,
+# umoci), pushed with skopeo to a loopback docker-registry, pulled back and run in its own root
+# as the pod's user, with the Deployment's module cache. It packs the binary `cargo test` built
+# (IMAGE_BINARY): what is tested is the image's making, and a release build of its own would be
+# the run's longest single step on a cold machine (docs/benchmarks.md, "CI time"). A release runs
+# config/image/build.sh without --binary.
+phase "the image"
+IMAGE_BINARY="$nicpolicy" tests/image/run.sh
 
+phase "cosign signatures"
 NICPOLICY_BIN="$nicpolicy" tests/cosign/run.sh
 
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go
 # modules the first time (docs/deploy.md#end-to-end-tests) and reused after.
+phase "end to end (kube-apiserver, Cluster API)"
 tests/e2e/run.sh
 
 # The playground page in headless Chromium (Debian's `chromium`; playwright-core never downloads a
 # browser), served by the binary `cargo test` built and checked against its decisions.
 # Screenshots: target/playground-screenshots/.
+phase "the playground in Chromium"
 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/playground --no-audit --no-fund
 NICPOLICY_BIN="$nicpolicy" node --test --test-concurrency=1 tests/playground/browser.test.mjs
 
 # The Kubewarden builds through a waPC host built like policy-server (its own Cargo workspace:
 # the Wasmtime features of wasmtime-provider stay out of the host's build), every case suite
 # compared with nicpolicy's host.
+phase "the Kubewarden builds (waPC host)"
 (cd tests/kubewarden && cargo test)
