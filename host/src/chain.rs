@@ -317,6 +317,21 @@ impl PolicyChain {
         self.modes.push(Mode::Enforce);
     }
 
+    /// This chain with every policy's decisions' NICs with sources or without (see
+    /// [`Policy::with_nic_sources`]); the combined decision's NICs then have none either.
+    pub fn with_nic_sources(mut self, wanted: bool) -> PolicyChain {
+        for policy in &mut self.policies {
+            *policy = policy.with_nic_sources(wanted);
+        }
+        self
+    }
+
+    /// Whether the chain's decisions carry NIC sources: unless every policy was asked for
+    /// none.
+    pub fn nic_sources(&self) -> bool {
+        self.policies.iter().any(Policy::nic_sources)
+    }
+
     /// This chain with the policy at `index` in `mode` (an index past the end changes nothing).
     pub fn with_mode(mut self, index: usize, mode: Mode) -> PolicyChain {
         if let Some(slot) = self.modes.get_mut(index) {
@@ -413,6 +428,9 @@ impl PolicyChain {
         // The enforced policies' decisions combined as they come: the same code the playground
         // page runs.
         let mut combiner = Combiner::new(request, self.policies.len());
+        if !self.nic_sources() {
+            combiner = combiner.without_nic_sources();
+        }
         let label = |combiner: &Combiner, name: &str, text: &str, mode: Mode| {
             if mode == Mode::Warn {
                 attributed(name, text)
@@ -665,6 +683,40 @@ mod tests {
         let source = violation.source.as_ref().expect("stamped");
         assert_eq!(source.policy.as_deref(), Some("dmz-guard"));
         assert_eq!(source.rule, None, "the module names no rule");
+    }
+
+    #[test]
+    fn without_nic_sources_the_decision_is_the_same_but_for_the_nics_sources() {
+        // The CAPVCD policy is asked through nicpolicy_evaluate_binary4; the hand-written
+        // modules have no such export, and their NICs' sources are dropped by the host.
+        let chain = || {
+            PolicyChain::new(backup_defaults())
+                .then(dmz_guard())
+                .then(capvcd())
+        };
+        let full = chain().evaluate(&request()).expect("evaluates");
+        let lean_chain = chain().with_nic_sources(false);
+        assert!(!lean_chain.nic_sources());
+        let lean = lean_chain.evaluate(&request()).expect("evaluates");
+        assert!(lean.decision.nics.iter().all(|nic| nic.source.is_none()));
+        assert!(full.decision.nics.iter().all(|nic| nic.source.is_some()));
+        let mut stripped = full.decision.clone();
+        for nic in &mut stripped.nics {
+            nic.source = None;
+        }
+        assert_eq!(lean.decision, stripped);
+        // The violations keep their sources, with the policy that found them.
+        assert!(!lean.decision.violations.is_empty());
+        assert_eq!(lean.decision.violations, full.decision.violations);
+        // Each step's decision too.
+        for step in &lean.steps {
+            assert!(step
+                .evaluation
+                .decision
+                .nics
+                .iter()
+                .all(|n| n.source.is_none()));
+        }
     }
 
     #[test]

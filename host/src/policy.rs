@@ -139,6 +139,8 @@ struct Exports {
     evaluate_binary2: Option<ModuleExport>,
     /// `nicpolicy_evaluate_binary3`, when the module has it.
     evaluate_binary3: Option<ModuleExport>,
+    /// `nicpolicy_evaluate_binary4` (binary v3 without NIC sources), when the module has it.
+    evaluate_binary4: Option<ModuleExport>,
 }
 
 pub use crate::inspect::RequestFormat;
@@ -182,6 +184,8 @@ pub struct Policy {
     exports: Exports,
     /// What [`Policy::evaluate`] sends: the binary format when the module takes it.
     request_format: RequestFormat,
+    /// Whether the NICs' sources are read ([`Policy::with_nic_sources`]).
+    nic_sources: bool,
     /// The policy's time limit in epoch ticks.
     deadline_ticks: u64,
     /// The host's epoch tick, to turn a [`Budget`] into ticks.
@@ -244,6 +248,7 @@ impl Policy {
             evaluate_binary1: module.get_export_index(abi::EXPORT_EVALUATE_BINARY1),
             evaluate_binary2: module.get_export_index(abi::EXPORT_EVALUATE_BINARY2),
             evaluate_binary3: module.get_export_index(abi::EXPORT_EVALUATE_BINARY3),
+            evaluate_binary4: module.get_export_index(abi::EXPORT_EVALUATE_BINARY4),
         };
         // The newest (and fastest) format the module takes.
         let request_format = info
@@ -266,6 +271,7 @@ impl Policy {
             pre,
             exports,
             request_format,
+            nic_sources: true,
             deadline_ticks,
             epoch_tick: config.epoch_tick,
             count_fuel: config.count_fuel,
@@ -323,11 +329,32 @@ impl Policy {
         })
     }
 
+    /// The same compiled policy, its decisions' NICs with sources (`true`, the default: what
+    /// `--explain`, the playground and case files that name sources read) or without (`false`:
+    /// for callers that read only the violations' sources, such as the webhook and the
+    /// controller). Without, a module that exports `nicpolicy_evaluate_binary4` is asked for
+    /// a decision without NIC sources and skips building them; other modules answer as
+    /// before, and their NICs' sources are dropped. Violations keep their sources either way.
+    pub fn with_nic_sources(&self, wanted: bool) -> Policy {
+        Policy {
+            nic_sources: wanted,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the decisions' NICs carry sources ([`Policy::with_nic_sources`]).
+    pub fn nic_sources(&self) -> bool {
+        self.nic_sources
+    }
+
     /// The export that takes `format` and the reader of what it returns; `None` when the
     /// module does not have the export.
     fn route(&self, format: RequestFormat) -> Option<(&ModuleExport, DecodeOutput)> {
         let exports = &self.exports;
         match format {
+            RequestFormat::Binary3 if !self.nic_sources && exports.evaluate_binary4.is_some() => {
+                Some((exports.evaluate_binary4.as_ref()?, decode_binary_decision))
+            }
             RequestFormat::Json => Some((&exports.evaluate, decode_decision)),
             RequestFormat::Binary1 => Some((exports.evaluate_binary1.as_ref()?, decode_decision)),
             RequestFormat::Binary2 => {
@@ -416,7 +443,14 @@ impl Policy {
         }
         .map_err(|err| EvalError::BadOutput(format!("cannot encode the request: {err}")))?;
         stages::mark(Stage::RequestEncode);
-        self.evaluate_export(export, &input, budget, decode)
+        let mut evaluation = self.evaluate_export(export, &input, budget, decode)?;
+        if !self.nic_sources {
+            // Modules without `nicpolicy_evaluate_binary4` still send them.
+            for nic in &mut evaluation.decision.nics {
+                nic.source = None;
+            }
+        }
+        Ok(evaluation)
     }
 
     /// Evaluates a request given as JSON bytes, exactly as they are sent to the policy.

@@ -1592,6 +1592,32 @@ fn bench_times_a_policy_beside_the_built_in_one() {
 }
 
 #[test]
+fn bench_without_nic_sources_costs_less_fuel_than_with_them() {
+    // Ten NICs: sources are built per NIC.
+    let case = workspace()
+        .join("tests/cases/capvcd/12-ten-nics-allowed.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let fuel = |extra: &[&str]| -> u64 {
+        let mut args = vec!["bench", "--iterations", "1", "-o", "json", &case];
+        args.extend(extra);
+        let out = nicpolicy(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let benches: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        benches[0]["cases"][0]["fuel"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no fuel: {benches}"))
+    };
+    let served = fuel(&[]);
+    let explained = fuel(&["--nic-sources"]);
+    // As the webhook evaluates (nicpolicy_evaluate_binary4), the policy builds no NIC source.
+    assert!(
+        served * 100 < explained * 90,
+        "without NIC sources {served} fuel, with them {explained}"
+    );
+}
+
+#[test]
 fn eval_says_what_a_warn_mode_policy_would_deny_as_the_webhook_does() {
     let base = [
         "eval",

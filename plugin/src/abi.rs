@@ -13,6 +13,7 @@
 //! | `nicpolicy_evaluate_binary1` (optional) | `(ptr: i32, len: i32) -> i64` | request in the [binary format](crate::binary), decision JSON out |
 //! | `nicpolicy_evaluate_binary2` (optional) | `(ptr: i32, len: i32) -> i64` | request in the binary format, decision in the [binary decision format](crate::binary::decision) |
 //! | `nicpolicy_evaluate_binary3` (optional) | `(ptr: i32, len: i32) -> i64` | as `binary2`, decision in version 2 of that format (with [sources](crate::source)) |
+//! | `nicpolicy_evaluate_binary4` (optional) | `(ptr: i32, len: i32) -> i64` | as `binary3`, the NICs without sources (the violations keep theirs) |
 //!
 //! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
 //! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
@@ -42,6 +43,13 @@ pub const EXPORT_EVALUATE_BINARY2: &str = "nicpolicy_evaluate_binary2";
 /// that knows it prefers it; an older host calls [`EXPORT_EVALUATE_BINARY2`] of the same
 /// module. Modules built with [`export_policy!`](crate::export_policy) have it.
 pub const EXPORT_EVALUATE_BINARY3: &str = "nicpolicy_evaluate_binary3";
+/// Optional export like [`EXPORT_EVALUATE_BINARY3`] for a host that reads the violations'
+/// sources but not the NICs' (the webhook, the controller): the decision is in the same format
+/// and the same, except that no NIC carries a source, which the policy then need not build.
+/// A host that shows NIC sources (`--explain`, case files that expect them) calls
+/// [`EXPORT_EVALUATE_BINARY3`]. Modules built with [`export_policy!`](crate::export_policy)
+/// have it.
+pub const EXPORT_EVALUATE_BINARY4: &str = "nicpolicy_evaluate_binary4";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
 /// Export holding the linear memory.
@@ -390,6 +398,12 @@ macro_rules! export_policy {
             pub extern "C" fn nicpolicy_evaluate_binary3(ptr: u32, len: u32) -> u64 {
                 // SAFETY: as above.
                 unsafe { $crate::guest::evaluate_binary3(ptr, len, $evaluate) }
+            }
+
+            #[no_mangle]
+            pub extern "C" fn nicpolicy_evaluate_binary4(ptr: u32, len: u32) -> u64 {
+                // SAFETY: as above.
+                unsafe { $crate::guest::evaluate_binary4(ptr, len, $evaluate) }
             }
 
             #[no_mangle]

@@ -918,10 +918,15 @@ fn plan_nics_at(
     if *primary == Primary::Unresolved {
         return Vec::new();
     }
-    let sourced = |mut nic: Nic, origin: Origin, field: String| {
-        let mut source = Source::nic(origin, field, rules::PLAN);
-        source.setting = settings.network_setting(&nic.network);
-        nic.source = Some(Box::new(source));
+    // The field is made only when the source is wanted: formatting it is most of a source's
+    // cost.
+    let wanted = crate::source::nic_sources_wanted();
+    let sourced = |mut nic: Nic, origin: Origin, field: &dyn Fn() -> String| {
+        if wanted {
+            let mut source = Source::nic(origin, field(), rules::PLAN);
+            source.setting = settings.network_setting(&nic.network);
+            nic.source = Some(Box::new(source));
+        }
         nic
     };
     let mut nics = Vec::with_capacity(request.machine.extra_ovdc_networks.len() + 1);
@@ -931,13 +936,13 @@ fn plan_nics_at(
         } else {
             Origin::ClusterNetwork
         };
-        nics.push(sourced(settings.nic(0, name), origin, field.clone()));
+        nics.push(sourced(settings.nic(0, name), origin, &|| field.clone()));
     }
     for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
         nics.push(sourced(
             settings.nic(i as u32 + 1, name),
             Origin::Machine,
-            fields.at(i),
+            &|| fields.at(i),
         ));
     }
     nics

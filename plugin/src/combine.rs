@@ -38,6 +38,8 @@ pub struct Combiner {
     /// Who put each entry of `current` there: `None` for the machine's own, else the source of
     /// the policy that wrote it.
     writers: Vec<Option<Box<Source>>>,
+    /// Whether NICs get sources ([`Combiner::without_nic_sources`]).
+    nic_sources: bool,
 }
 
 impl Combiner {
@@ -53,7 +55,15 @@ impl Combiner {
             writers: vec![None; current.len()],
             current,
             written: None,
+            nic_sources: true,
         }
+    }
+
+    /// This combiner for a caller that reads no NIC sources: the combined NICs have none (the
+    /// violations keep theirs, with their policy's name).
+    pub fn without_nic_sources(mut self) -> Combiner {
+        self.nic_sources = false;
+        self
     }
 
     /// `text` as the chain words it: prefixed with `[policy] ` in a chain of two or more.
@@ -90,18 +100,31 @@ impl Combiner {
         combined
             .warnings
             .extend(decision.warnings.iter().map(|w| label(w)));
-        combined.nics = decision
-            .nics
-            .iter()
-            .map(|nic| attributed_nic(nic, policy, &self.writers))
-            .collect();
+        combined.nics = if self.nic_sources {
+            decision
+                .nics
+                .iter()
+                .map(|nic| attributed_nic(nic, policy, &self.writers))
+                .collect()
+        } else {
+            decision
+                .nics
+                .iter()
+                .map(|nic| Nic {
+                    source: None,
+                    ..nic.clone()
+                })
+                .collect()
+        };
         combined.vapp_networks = decision.vapp_networks.clone();
         let list = decision.extra_ovdc_networks.as_ref()?;
         self.written = Some(list.clone());
         if *list == self.current {
             return None;
         }
-        self.writers = rewritten_by(list, &self.current, &self.writers, &decision.nics, policy);
+        if self.nic_sources {
+            self.writers = rewritten_by(list, &self.current, &self.writers, &decision.nics, policy);
+        }
         self.current = list.clone();
         Some(&self.current)
     }

@@ -97,6 +97,19 @@ pub fn evaluate_binary_sourced(input: &[u8], policy: fn(&Request) -> Decision) -
     )
 }
 
+/// [`evaluate_binary_sourced`] with NIC sources turned off while `policy` runs: what the
+/// `nicpolicy_evaluate_binary4` export answers. A policy that sets a NIC's source anyway has it
+/// dropped, so the answer is the same whatever the policy does.
+pub fn evaluate_binary_unsourced_nics(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    let mut output = crate::source::without_nic_sources(|| decide(binary_request(input), policy));
+    if let EvaluateOutput::Decision(decision) = &mut output {
+        for nic in &mut decision.nics {
+            nic.source = None;
+        }
+    }
+    binary_output(&output, crate::binary::encode_output_v2)
+}
+
 type Encoder = fn(&EvaluateOutput, &mut Vec<u8>) -> Result<(), crate::binary::FormatError>;
 
 fn binary_output(output: &EvaluateOutput, encode: Encoder) -> Vec<u8> {
@@ -188,6 +201,17 @@ pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decis
 /// returned `ptr`.
 pub unsafe fn evaluate_binary3(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
     emit(evaluate_binary_sourced(input(ptr, len), policy))
+}
+
+/// Runs `policy` on the binary request at `ptr`/`len` with NIC sources turned off
+/// ([`crate::source::nic_sources_wanted`]) and returns the packed binary decision, version 2:
+/// the violations keep their sources, the NICs have none.
+///
+/// # Safety
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
+pub unsafe fn evaluate_binary4(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
+    emit(evaluate_binary_unsourced_nics(input(ptr, len), policy))
 }
 
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.
@@ -357,5 +381,43 @@ unsafe impl core::alloc::GlobalAlloc for BumpAllocator {
             unsafe { core::ptr::copy_nonoverlapping(ptr, new, layout.size()) };
         }
         new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binary::{decode_output, encode};
+
+    /// One of the guest's evaluation entry points.
+    type Export = fn(&[u8], fn(&Request) -> Decision) -> Vec<u8>;
+
+    fn answer(export: Export) -> Decision {
+        // A duplicate network: a violation beside the NIC plan.
+        let request = crate::testing::worker(&["storage-net", "workload-net", "storage-net"]);
+        let mut input = Vec::new();
+        encode(request.with_settings(&request.settings), &mut input).expect("encodes");
+        match decode_output(&export(&input, crate::capvcd::evaluate)).expect("decodes") {
+            EvaluateOutput::Decision(decision) => decision,
+            EvaluateOutput::Error { error } => panic!("{error}"),
+        }
+    }
+
+    #[test]
+    fn binary4_answers_binary3_without_the_nics_sources() {
+        let full = answer(evaluate_binary_sourced);
+        let lean = answer(evaluate_binary_unsourced_nics);
+        assert!(full.nics.iter().all(|nic| nic.source.is_some()));
+        assert!(lean.nics.iter().all(|nic| nic.source.is_none()));
+        // The violations keep theirs: rule names reach reports and warnings.
+        assert!(!lean.violations.is_empty());
+        assert_eq!(lean.violations, full.violations);
+        let mut stripped = full.clone();
+        for nic in &mut stripped.nics {
+            nic.source = None;
+        }
+        assert_eq!(lean, stripped, "the same decision otherwise");
+        // Sources are wanted again after the call.
+        assert!(crate::source::nic_sources_wanted());
     }
 }

@@ -11,6 +11,28 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::{Decision, Nic, Violation};
 
+std::thread_local! {
+    /// Whether the caller reads NICs' sources; see [`nic_sources_wanted`].
+    static NIC_SOURCES: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Whether the host reads the sources of the NICs a policy plans. `false` while a policy runs
+/// for `nicpolicy_evaluate_binary4` (the webhook and the controller show no NIC sources, only
+/// the violations'): a policy then skips building them, which is most of what sources cost.
+/// Violations' sources are always wanted (rule names in reports and warnings). `true`
+/// otherwise, and always outside a module.
+pub fn nic_sources_wanted() -> bool {
+    NIC_SOURCES.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with [`nic_sources_wanted`] false, restoring it after.
+pub fn without_nic_sources<T>(f: impl FnOnce() -> T) -> T {
+    let before = NIC_SOURCES.with(|wanted| wanted.replace(false));
+    let result = f();
+    NIC_SOURCES.with(|wanted| wanted.set(before));
+    result
+}
+
 /// Where a planned NIC's network was taken from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -46,6 +46,11 @@ pub struct BenchArgs {
     /// on shared machines.
     #[arg(long = "figure", value_enum, default_values_t = [Figure::Fuel], requires = "compare")]
     figures: Vec<Figure>,
+    /// Time decisions whose NICs carry their sources, as `eval --explain` and `nicpolicy test`
+    /// ask for them. Without it, evaluations run as the webhook and the controller run them:
+    /// the violations with their sources, the NICs without.
+    #[arg(long)]
+    nic_sources: bool,
     #[command(flatten)]
     policy: PolicyArgs,
 }
@@ -316,6 +321,7 @@ fn bench_all(
         nicpolicy::spec::ChainLoader::new(host)
             .with_registry(registry.clone())
             .load(one)
+            .map(|chain| chain.with_nic_sources(args.nic_sources))
             .map_err(usage)
     };
     let progress = std::io::stderr().is_terminal();

@@ -161,8 +161,12 @@ impl Served {
                     continue;
                 }
             };
-            // The loader puts each entry in its spec's mode.
-            let chain = loaded.with_provisioner(config.provisioner.clone(), config.on_unapplied);
+            // The loader puts each entry in its spec's mode. The webhook and the controller
+            // read the violations' sources (rule names), never the NICs': the policies skip
+            // building them.
+            let chain = loaded
+                .with_provisioner(config.provisioner.clone(), config.on_unapplied)
+                .with_nic_sources(false);
             // Where each module came from: a restart that compiles instead of loading from
             // the cache shows here (and says why the cache was bypassed).
             for policy in chain.policies() {

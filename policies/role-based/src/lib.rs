@@ -254,7 +254,7 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
     };
 
     let mut decision = capvcd_rules(request, settings);
-    if takes_defaults {
+    if takes_defaults && source::nic_sources_wanted() {
         // The extra NICs are the role's defaults, not the machine's own list.
         let key = settings_key(role);
         for nic in decision.nics.iter_mut().filter(|nic| nic.index > 0) {
