@@ -13,6 +13,27 @@ source tests/lib/phases.sh
 phase "set-up (tests/setup.sh)"
 tests/setup.sh
 
+# The Go-built tools of the later suites (kube-apiserver, kubectl, etcd, helm and Cluster API's
+# manager for the end-to-end suites; cosign) build in the background from here, while cargo
+# builds: on a cold machine they take 10-15 minutes, much of which overlaps cargo's serial
+# stretches (linking, the largest crates). Their output goes to a log, shown if they fail; the
+# suites that need them wait for them. On a warm machine this finds them built at once.
+go_log=$(mktemp)
+(tests/e2e/kube/build.sh >/dev/null && tests/cosign/run.sh --build-only) \
+  >"$go_log" 2>&1 &
+go_pid=$!
+go_tools() {
+  [[ -n "$go_pid" ]] || return 0
+  local waited=$SECONDS
+  if ! wait "$go_pid"; then
+    echo "test.sh: building the Go tools failed:" >&2
+    cat "$go_log" >&2
+    exit 1
+  fi
+  echo "test.sh: Go tools built (waited $((SECONDS - waited)) s for them)" >&2
+  go_pid=""
+}
+
 phase "cargo test --workspace"
 cargo test --workspace
 
@@ -94,6 +115,7 @@ phase "the image"
 IMAGE_BINARY="$nicpolicy" tests/image/run.sh
 
 phase "cosign signatures"
+go_tools
 NICPOLICY_BIN="$nicpolicy" tests/cosign/run.sh
 
 # End to end: nicpolicy serve registered with a real kube-apiserver and etcd, built from their Go

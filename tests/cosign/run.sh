@@ -10,21 +10,28 @@
 # reused while go.mod and go.sum stay the same (a few minutes the first time on 2 cores).
 set -Eeuo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nicpolicy=$(cd "$(dirname "${NICPOLICY_BIN:-$here/../../target/debug/nicpolicy}")" && pwd)/$(basename "${NICPOLICY_BIN:-nicpolicy}")
 trap 'echo "tests/cosign/run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 version=$(awk '$1 == "require" && $2 == "github.com/sigstore/cosign/v2" { print $3; exit }' "$here/go.mod")
 hash=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
 bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/nicpolicy-cosign/${version}-${hash}"
 cosign="$bin_dir/cosign"
+mkdir -p "$bin_dir"
+# One build at a time (.ci/run and test.sh build it in the background while cargo builds): a
+# second waits here, then finds it built.
+exec 9>"$bin_dir/.build.lock"
+flock 9
 if [[ ! -x "$cosign" ]]; then
-  mkdir -p "$bin_dir"
   start=$SECONDS
   echo "cosign: building ${version} ($(go env GOVERSION))..." >&2
   (cd "$here" && go build -buildvcs=false -o "$cosign.partial" github.com/sigstore/cosign/v2/cmd/cosign)
   mv "$cosign.partial" "$cosign"
   echo "cosign: built in $((SECONDS - start)) s" >&2
 fi
+exec 9>&-
+# --build-only: build (or find) cosign and stop.
+[[ "${1:-}" == "--build-only" ]] && exit 0
+nicpolicy=$(cd "$(dirname "${NICPOLICY_BIN:-$here/../../target/debug/nicpolicy}")" && pwd)/$(basename "${NICPOLICY_BIN:-nicpolicy}")
 
 source "$here/../lib/registry.sh"
 scratch_dir

@@ -35,6 +35,12 @@ if [[ "${1:-}" == "--print-dir" ]]; then
   exit 0
 fi
 
+# One build at a time (.ci/run and test.sh start one in the background while cargo builds): a
+# second waits here, then finds the binaries built.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock 9
+
 binaries=(kube-apiserver kubectl etcd)
 complete() {
   [[ -f "$dir/.complete" ]] || return 1
