@@ -77,6 +77,11 @@ impl<S> Accept<TcpStream, S> for ConnectionLimit {
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         match self.open.clone().try_acquire_owned() {
             Ok(permit) => {
+                // No Nagle: a response's last small TLS segment would otherwise wait for the
+                // client's ACK, which kube-apiserver delays until it sends its next request
+                // (one create in 19 took the gap to the next one: +20 ms at 50/s). A socket
+                // that refuses the option is served as it is.
+                let _ = stream.set_nodelay(true);
                 self.open_gauge.inc();
                 ready(Ok((
                     LimitedStream {
@@ -284,6 +289,25 @@ impl Drop for Taken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_send_without_delay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let address = listener.local_addr().expect("its address");
+        let _client = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connected");
+        let (stream, _) = listener.accept().await.expect("accepted");
+        assert!(
+            !stream.nodelay().expect("readable option"),
+            "Nagle is the default"
+        );
+        let limit = ConnectionLimit::new(4, Duration::from_secs(30), &Metrics::new());
+        let (limited, ()) = limit.accept(stream, ()).await.expect("under the cap");
+        assert!(limited.inner.nodelay().expect("readable option"));
+    }
 
     #[tokio::test]
     async fn the_budget_is_given_back_when_a_body_is_dropped() {

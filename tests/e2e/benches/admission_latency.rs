@@ -13,7 +13,7 @@
 //! Client, kube-apiserver, etcd and nicpolicy share the machine's cores: the figures are those of
 //! one machine, compare them within one run.
 //!
-//! `cargo bench -p nicpolicy-e2e --features e2e --bench admission_latency [-- --seconds N --rates 50,100,200]`
+//! `cargo bench -p nicpolicy-e2e --features e2e --bench admission_latency [-- --seconds N --rates 50,100,200 --reload-interval 30s]`
 //! (after `cargo test --workspace --no-run`, which builds the `nicpolicy` binary it runs).
 
 use std::collections::BTreeMap;
@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{DynamicObject, PostParams};
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, worker};
+use nicpolicy_e2e::webhook::{edit_config, shipped_config};
 use nicpolicy_e2e::{ControlPlane, Crds, Kubectl, Webhook};
 
 /// The machines' namespace (a cluster of the same name).
@@ -32,12 +33,15 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 struct Args {
     seconds: u64,
     rates: Vec<u32>,
+    /// `reload.interval` of the webhook's configuration instead of the shipped one (2s).
+    reload_interval: Option<String>,
 }
 
 fn args() -> Args {
     let mut args = Args {
         seconds: 10,
         rates: vec![50, 100, 200],
+        reload_interval: None,
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -58,6 +62,7 @@ fn args() -> Args {
                     })
                     .expect("--rates N,N,...");
             }
+            "--reload-interval" => args.reload_interval = given.next(),
             // cargo bench passes --bench.
             _ => {}
         }
@@ -147,9 +152,14 @@ fn metrics(kubectl: &Kubectl) -> String {
     page.stdout
 }
 
+/// A create slower than this is listed with the time it was sent (its pattern shows a cause).
+const SLOW: Duration = Duration::from_millis(10);
+
 /// The client's view of one round.
 struct Round {
     latencies: Vec<Duration>,
+    /// When each create slower than [`SLOW`] was sent, from the round's start, and its latency.
+    slow: Vec<(Duration, Duration)>,
     refused: usize,
     first_refusal: Option<String>,
     elapsed: Duration,
@@ -186,6 +196,7 @@ async fn round(client: &kube::Client, label: &str, rate: u32, seconds: u64) -> R
         let api = api.clone();
         tasks.spawn(async move {
             let sent = Instant::now();
+            let offset = sent - started;
             let created =
                 tokio::time::timeout(CREATE_TIMEOUT, api.create(&PostParams::default(), &typed))
                     .await;
@@ -194,14 +205,18 @@ async fn round(client: &kube::Client, label: &str, rate: u32, seconds: u64) -> R
                 Ok(Err(err)) => Err(err.to_string()),
                 Err(_) => Err(format!("no answer within {CREATE_TIMEOUT:?}")),
             };
-            (sent.elapsed(), result)
+            (offset, sent.elapsed(), result)
         });
     }
     let mut latencies = Vec::with_capacity(total as usize);
+    let mut slow = Vec::new();
     let mut refused = 0;
     let mut first_refusal = None;
     while let Some(done) = tasks.join_next().await {
-        let (latency, result) = done.expect("create task");
+        let (offset, latency, result) = done.expect("create task");
+        if latency > SLOW {
+            slow.push((offset, latency));
+        }
         match result {
             Ok(()) => latencies.push(latency),
             Err(err) => {
@@ -211,8 +226,10 @@ async fn round(client: &kube::Client, label: &str, rate: u32, seconds: u64) -> R
         }
     }
     latencies.sort();
+    slow.sort();
     Round {
         latencies,
+        slow,
         refused,
         first_refusal,
         elapsed: started.elapsed(),
@@ -262,6 +279,21 @@ async fn measure(
             ms(p(0.99)),
             ms(result.latencies.last().map_or(0.0, Duration::as_secs_f64)),
         );
+        if !result.slow.is_empty() {
+            let list: Vec<String> = result
+                .slow
+                .iter()
+                .take(12)
+                .map(|(at, took)| format!("{:.2} s: {}", at.as_secs_f64(), ms(took.as_secs_f64())))
+                .collect();
+            println!(
+                "{:>17} {} creates over {}: sent at {}",
+                "",
+                result.slow.len(),
+                ms(SLOW.as_secs_f64()),
+                list.join(", ")
+            );
+        }
         let request = "apiserver_request_duration_seconds";
         let (before_r, after_r) = (buckets(&before, request), buckets(&after, request));
         let create = [
@@ -332,7 +364,18 @@ async fn main() {
         false,
     )
     .await;
-    let webhook = Webhook::registered(&plane, "admission-latency").await;
+    let config = shipped_config(&plane, "admission-latency");
+    if let Some(interval) = &args.reload_interval {
+        edit_config(
+            &config,
+            "nicpolicy.yaml",
+            "reload:\n  interval: 2s",
+            &format!("reload:\n  interval: {interval}"),
+        );
+        println!("the webhook's reload.interval: {interval}");
+    }
+    let mut webhook = Webhook::start(&plane, &config).await;
+    webhook.register().await;
     measure(&client, &kubectl, "with", &args.rates, args.seconds, true).await;
     drop(webhook);
 }
