@@ -287,6 +287,11 @@ impl Worker {
         }
     }
 
+    /// Whether `namespace` is one this controller audits (`--namespace`; every one without).
+    fn watches(&self, namespace: &str) -> bool {
+        self.options.namespaces.is_empty() || self.options.namespaces.iter().any(|n| n == namespace)
+    }
+
     fn reports_api(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
@@ -308,8 +313,7 @@ impl Worker {
             let page = api.list(&params).await?;
             for existing in &page.items {
                 let namespace = existing.metadata.namespace.as_deref().unwrap_or("default");
-                let watched = self.options.namespaces.is_empty()
-                    || self.options.namespaces.iter().any(|n| n == namespace);
+                let watched = self.watches(namespace);
                 if existing.metadata.name.as_deref() == Some(report::REPORT_NAME) && watched {
                     self.remember(namespace, existing);
                 }
@@ -362,8 +366,7 @@ impl Worker {
             };
             for existing in &page.items {
                 let namespace = existing.metadata.namespace.as_deref().unwrap_or("default");
-                let watched = self.options.namespaces.is_empty()
-                    || self.options.namespaces.iter().any(|n| n == namespace);
+                let watched = self.watches(namespace);
                 if existing.metadata.name.as_deref() != Some(report::REPORT_NAME) || !watched {
                     continue;
                 }
