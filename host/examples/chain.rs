@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use nicpolicy::{Host, HostConfig, PolicySource, PolicySpec, RequestFiles};
+use nicpolicy::{sources, Host, HostConfig, PolicySource, PolicySpec, RequestFiles};
 
 fn main() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -17,11 +17,12 @@ fn main() -> anyhow::Result<()> {
 
     let host = Host::new(HostConfig::default())?;
     // Every entry says where its module comes from, its settings, pin and limits; an error
-    // names the entry that failed.
-    let chain = host.load_chain(&[
+    // names the entry that failed. The loader of `sources` fetches `builtin:` (and `oci://`)
+    // modules.
+    let chain = sources::Sources::new(&host).loader(&host).load(&[
         PolicySpec::new(PolicySource::Bytes(nic_limit.into()))
             .with_settings(serde_json::json!({"maxNics": 3})),
-        PolicySpec::new(PolicySource::parse("builtin:capvcd")?)
+        PolicySpec::new(sources::parse("builtin:capvcd")?)
             .with_settings_file(root.join("examples/settings.yaml")),
     ])?;
 

@@ -1,7 +1,11 @@
 //! Policies built into the binary: every crate under `policies/`, compiled to wasm32 by
 //! `build.rs` (feature `builtin`).
 
+use std::sync::Arc;
+
 use crate::error::LoadError;
+use crate::fetch::ModuleFetcher;
+use crate::spec::PolicySource;
 
 /// A policy module embedded in the binary.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +55,34 @@ pub fn get_or_list(name: &str) -> Result<&'static BuiltinPolicy, LoadError> {
 /// Names of the built-in policies.
 pub fn names() -> Vec<&'static str> {
     POLICIES.iter().map(|p| p.name).collect()
+}
+
+/// What marks a built-in policy where a module can stand (`builtin:capvcd`).
+pub const SCHEME: &str = "builtin:";
+
+impl BuiltinPolicy {
+    /// This policy as a chain entry's source (`builtin:NAME`), fetched by [`Builtins`].
+    pub fn source(&self) -> PolicySource {
+        PolicySource::fetched(SCHEME, self.name)
+    }
+}
+
+/// The fetcher of `builtin:NAME` sources: the modules embedded in this binary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Builtins;
+
+impl ModuleFetcher for Builtins {
+    fn scheme(&self) -> &str {
+        SCHEME
+    }
+
+    fn check(&self, reference: &str) -> Result<(), LoadError> {
+        get_or_list(reference).map(|_| ())
+    }
+
+    fn fetch(&self, reference: &str) -> Result<Arc<[u8]>, LoadError> {
+        get_or_list(reference).map(|policy| Arc::from(policy.wasm))
+    }
 }
 
 #[cfg(test)]

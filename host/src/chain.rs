@@ -535,9 +535,9 @@ mod tests {
 
     use super::*;
     use crate::engine::{Host, HostConfig};
-    use crate::manifest::RequestFiles;
     use crate::policy::PolicyOptions;
     use crate::{builtin, Limits};
+    use nicpolicy_inputs::manifest::RequestFiles;
 
     fn host() -> &'static Host {
         static HOST: OnceLock<Host> = OnceLock::new();

@@ -121,7 +121,7 @@ pub enum LoadError {
     },
     /// A settings file could not be read or parsed.
     #[error(transparent)]
-    SettingsFile(Box<crate::manifest::ManifestError>),
+    SettingsFile(Box<nicpolicy_inputs::manifest::ManifestError>),
     /// No built-in policy has this name.
     #[error("no built-in policy named `{name}`; built-in policies: {known}")]
     UnknownBuiltin {
@@ -133,6 +133,24 @@ pub enum LoadError {
     /// A module could not be got from its registry (`oci://`): the reference and why.
     #[error("{0}")]
     Registry(String),
+    /// A fetched module could not be got: its source (`scheme:reference`) and why.
+    #[error("{module}: {reason}")]
+    Fetch {
+        /// The source as written.
+        module: String,
+        /// Why it could not be got.
+        reason: String,
+    },
+    /// A source names a scheme the loader has no fetcher for.
+    #[error("{scheme}{reference}: nothing here fetches `{scheme}` modules (known: {known})")]
+    NoFetcher {
+        /// The scheme, as written (`oci://`).
+        scheme: String,
+        /// The reference after it.
+        reference: String,
+        /// The schemes the loader fetches, joined by `, ` (`none`).
+        known: String,
+    },
     /// A chain was given no policy at all.
     #[error("a chain needs at least one policy")]
     EmptyChain,
@@ -211,7 +229,7 @@ impl EvalError {
         )
     }
 
-    /// Whether this is a time, memory or output limit (of the policy's [`Limits`](crate::Limits)).
+    /// Whether this is a time, memory or output limit (of the policy's [`Limits`](crate::limits::Limits)).
     pub fn is_resource_limit(&self) -> bool {
         matches!(
             self,

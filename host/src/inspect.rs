@@ -225,7 +225,7 @@ fn not_wasm_hint(bytes: &[u8]) -> &'static str {
 /// [`LoadError::Read`] when it cannot be read, [`LoadError::TooLarge`] when it is over the
 /// bound.
 pub fn read_module(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
-    use crate::files::{read_at_most, BoundedReadError};
+    use nicpolicy_inputs::files::{read_at_most, BoundedReadError};
     match read_at_most(path, MAX_MODULE_BYTES as u64) {
         Ok(bytes) => Ok(bytes),
         Err(BoundedReadError::Io(error)) => Err(LoadError::Read {

@@ -94,6 +94,7 @@ pub mod compiler;
 pub mod controller;
 pub mod engine;
 pub mod error;
+pub mod fetch;
 #[cfg(feature = "webhook")]
 pub mod guard;
 pub mod inspect;
@@ -111,6 +112,7 @@ pub mod policy;
 #[cfg(feature = "webhook")]
 pub mod probes;
 pub mod served;
+pub mod sources;
 pub mod spec;
 pub mod stages;
 pub mod vcd;

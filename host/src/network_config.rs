@@ -30,8 +30,8 @@ use std::path::Path;
 use nicpolicy_plugin::{Inventory, IpAllocationMode, Nic, Role};
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::{ManifestError, ManifestFile};
 use crate::vcd::VmNics;
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
 
 /// What only the guest needs of an org VDC network, read from the same inventory file as the
 /// [`Inventory`] (these fields are not sent to policies).

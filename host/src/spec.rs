@@ -2,7 +2,8 @@
 //! settings, its digest pin and its limits) and one way to load a list of them into a
 //! [`PolicyChain`] ([`Host::load_chain`], or a [`ChainLoader`] for several chains that share
 //! module files). The CLI's `--policy` options and the webhook's `policies:` entries both map onto
-//! it.
+//! it. Modules named by a reference (`builtin:capvcd`, `oci://...`) come from the
+//! [`ModuleFetcher`]s a loader is given ([`ChainLoader::with_fetcher`]).
 //!
 //! ```no_run
 //! use nicpolicy::{Host, HostConfig, Limits, PolicySource, PolicySpec};
@@ -13,7 +14,7 @@
 //! let chain = host.load_chain(&[
 //!     PolicySpec::new(PolicySource::File("policies/dmz-guard.wasm".into()))
 //!         .with_settings_file("dmz-guard.yaml"),
-//!     PolicySpec::new(PolicySource::parse("builtin:capvcd")?)
+//!     PolicySpec::new(PolicySource::File("policies/capvcd.wasm".into()))
 //!         .with_settings(serde_json::json!({"maxNics": 6}))
 //!         .with_limits(Limits::default().with_timeout(Duration::from_millis(250))),
 //! ])?;
@@ -31,115 +32,60 @@ use serde_json::Value;
 use crate::chain::PolicyChain;
 use crate::engine::Host;
 use crate::error::LoadError;
+use crate::fetch::{split_scheme, ModuleFetcher};
 use crate::limits::Limits;
-use crate::manifest;
 use crate::mode::Mode;
 use crate::policy::{Policy, PolicyOptions};
+use nicpolicy_inputs::manifest;
 
 /// Where a policy module comes from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum PolicySource {
     /// A `.wasm` file, read when the chain loads.
     File(PathBuf),
-    /// A policy built into the binary (`builtin:NAME`).
-    #[cfg(feature = "builtin")]
-    Builtin(&'static crate::builtin::BuiltinPolicy),
-    /// Module bytes the caller already holds (from a ConfigMap, a registry, a test).
+    /// Module bytes the caller already holds (from a ConfigMap, a registry, a test); equal
+    /// by content.
     Bytes(Arc<[u8]>),
-    /// A module in an OCI registry (`oci://host/repo@sha256:...` on the command line), pulled
-    /// when the chain loads (see [`crate::oci::store`]); the reference without `oci://`.
-    #[cfg(feature = "oci")]
-    Oci(String),
-}
-
-/// What marks a registry reference where a file path could stand (`oci://host/repo@sha256:...`).
-pub const OCI_SCHEME: &str = "oci://";
-
-/// `text` without its leading [`OCI_SCHEME`], when it has one.
-pub fn oci_reference(text: &str) -> Option<&str> {
-    text.strip_prefix(OCI_SCHEME)
-}
-
-/// `text` without a leading [`OCI_SCHEME`]: where only a reference can stand, the scheme is
-/// optional.
-pub fn without_oci_scheme(text: &str) -> &str {
-    oci_reference(text).unwrap_or(text)
+    /// A module that a [`ModuleFetcher`] of the loader gets when the chain loads:
+    /// `builtin:capvcd`, `oci://registry.example.net/platform/dmz-guard@sha256:...`.
+    Fetched {
+        /// The scheme, as written: `builtin:`, `oci://`.
+        scheme: String,
+        /// The reference after it.
+        reference: String,
+    },
 }
 
 impl PolicySource {
-    /// `oci://REFERENCE` for a module in a registry, `builtin:NAME` for a built-in policy,
-    /// anything else a file path.
+    /// `SCHEME:REFERENCE` (or `SCHEME://REFERENCE`) for a module a fetcher gets, as
+    /// [`split_scheme`] reads it; anything else a file path. Only the syntax is read here:
+    /// whether a loader can fetch the scheme is known when it loads (`nicpolicy::sources::parse`
+    /// checks the references of the schemes the `nicpolicy` binary fetches as it reads them).
     ///
     /// # Errors
-    /// [`LoadError::UnknownBuiltin`] for a `builtin:` name no built-in policy has (always, in a
-    /// build without the `builtin` feature); [`LoadError::Registry`] for a reference that does
-    /// not parse (always, in a build without the `oci` feature).
+    /// None today; the `Result` leaves room for a syntax that can be wrong.
     pub fn parse(text: &str) -> Result<PolicySource, LoadError> {
-        if let Some(reference) = oci_reference(text) {
-            return PolicySource::oci(reference);
+        Ok(match split_scheme(text) {
+            Some((scheme, reference)) => PolicySource::fetched(scheme, reference),
+            None => PolicySource::File(PathBuf::from(text)),
+        })
+    }
+
+    /// The module a fetcher of `scheme` gets for `reference`.
+    pub fn fetched(scheme: &str, reference: &str) -> PolicySource {
+        PolicySource::Fetched {
+            scheme: scheme.to_string(),
+            reference: reference.to_string(),
         }
-        match text.strip_prefix("builtin:") {
-            Some(name) => PolicySource::builtin(name),
-            None => Ok(PolicySource::File(PathBuf::from(text))),
-        }
     }
 
-    /// The module in a registry at `reference` (`host/repo@sha256:...` or `host/repo:tag`, with
-    /// or without `oci://`), its shape checked now and the module pulled when the chain loads.
-    ///
-    /// # Errors
-    /// [`LoadError::Registry`] for a reference that does not parse, naming it (always, in a
-    /// build without the `oci` feature).
-    pub fn oci(reference: &str) -> Result<PolicySource, LoadError> {
-        let reference = without_oci_scheme(reference);
-        #[cfg(feature = "oci")]
-        return crate::oci::parse_reference(reference)
-            .map(|_| PolicySource::Oci(reference.to_string()))
-            .map_err(|err| LoadError::Registry(err.to_string()));
-        #[cfg(not(feature = "oci"))]
-        return Err(LoadError::Registry(format!(
-            "{reference}: this build of nicpolicy has no OCI registry support (feature oci)"
-        )));
-    }
-
-    /// The built-in policy called `name`.
-    ///
-    /// # Errors
-    /// [`LoadError::UnknownBuiltin`], listing the names there are.
-    pub fn builtin(name: &str) -> Result<PolicySource, LoadError> {
-        #[cfg(feature = "builtin")]
-        return crate::builtin::get_or_list(name).map(PolicySource::Builtin);
-        #[cfg(not(feature = "builtin"))]
-        return Err(LoadError::UnknownBuiltin {
-            name: name.to_string(),
-            known: "none (built without the `builtin` feature)".to_string(),
-        });
-    }
-
-    /// How errors and logs name the module: the file path, `builtin:NAME`, or `module bytes`.
+    /// How errors and logs name the module: the file path, the reference with its scheme
+    /// (`builtin:capvcd`), or `module bytes`.
     pub fn label(&self) -> String {
         match self {
             PolicySource::File(path) => path.display().to_string(),
-            #[cfg(feature = "builtin")]
-            PolicySource::Builtin(policy) => format!("builtin:{}", policy.name),
             PolicySource::Bytes(bytes) => format!("module bytes ({} bytes)", bytes.len()),
-            #[cfg(feature = "oci")]
-            PolicySource::Oci(reference) => format!("{OCI_SCHEME}{reference}"),
-        }
-    }
-}
-
-/// Files by path, built-in policies by name, bytes by content.
-impl PartialEq for PolicySource {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (PolicySource::File(a), PolicySource::File(b)) => a == b,
-            #[cfg(feature = "builtin")]
-            (PolicySource::Builtin(a), PolicySource::Builtin(b)) => a.name == b.name,
-            (PolicySource::Bytes(a), PolicySource::Bytes(b)) => a == b,
-            #[cfg(feature = "oci")]
-            (PolicySource::Oci(a), PolicySource::Oci(b)) => a == b,
-            _ => false,
+            PolicySource::Fetched { scheme, reference } => format!("{scheme}{reference}"),
         }
     }
 }
@@ -230,51 +176,36 @@ pub struct ChainLoadError {
     pub error: Box<LoadError>,
 }
 
-/// Loads lists of [`PolicySpec`]s into chains. Each module file is read once per loader, so
-/// several chains loaded by one loader (the webhook's, one per kind) get the same bytes for the
-/// same file even if it is replaced while they load.
+/// Loads lists of [`PolicySpec`]s into chains. Each module file is read, and each fetched
+/// reference fetched, once per loader, so several chains loaded by one loader (the webhook's,
+/// one per kind) get the same bytes for the same module even if it is replaced while they load.
 pub struct ChainLoader<'h> {
     host: &'h Host,
     files: HashMap<PathBuf, Arc<[u8]>>,
-    /// How to reach registries for `oci://` sources.
-    #[cfg(feature = "oci")]
-    registry: crate::oci::RegistryOptions,
-    /// Each `oci://` reference loaded: the immutable reference and how it was got.
-    #[cfg(feature = "oci")]
-    fetched: Vec<(String, String, crate::oci::store::Fetched)>,
-    /// The module of each reference pulled, so a reference in several chains is pulled once
-    /// and gives them all the same bytes, as a file does.
-    #[cfg(feature = "oci")]
-    pulled: HashMap<String, Arc<[u8]>>,
+    /// The fetchers of [`PolicySource::Fetched`] sources, by scheme.
+    fetchers: Vec<Arc<dyn ModuleFetcher>>,
+    /// The module of each reference fetched, by scheme and reference.
+    fetched: HashMap<(String, String), Arc<[u8]>>,
 }
 
 impl<'h> ChainLoader<'h> {
-    /// A loader that has read no file yet.
+    /// A loader that has read no file yet and fetches nothing: files and bytes only, until
+    /// [`ChainLoader::with_fetcher`].
     pub fn new(host: &'h Host) -> ChainLoader<'h> {
         ChainLoader {
             host,
             files: HashMap::new(),
-            #[cfg(feature = "oci")]
-            registry: crate::oci::RegistryOptions::default(),
-            #[cfg(feature = "oci")]
-            fetched: Vec::new(),
-            #[cfg(feature = "oci")]
-            pulled: HashMap::new(),
+            fetchers: Vec::new(),
+            fetched: HashMap::new(),
         }
     }
 
-    /// Each `oci://` reference this loader loaded, with the immutable reference it resolved
-    /// to and how it was got (pulled, stored, stored while the registry was unreachable), for
-    /// callers that tell their user.
-    #[cfg(feature = "oci")]
-    pub fn fetched(&self) -> &[(String, String, crate::oci::store::Fetched)] {
-        &self.fetched
-    }
-
-    /// This loader reaching registries with `options`.
-    #[cfg(feature = "oci")]
-    pub fn with_registry(mut self, options: crate::oci::RegistryOptions) -> ChainLoader<'h> {
-        self.registry = options;
+    /// This loader getting the sources of `fetcher`'s scheme from it (in place of an earlier
+    /// fetcher of the same scheme).
+    pub fn with_fetcher(mut self, fetcher: Arc<dyn ModuleFetcher>) -> ChainLoader<'h> {
+        self.fetchers
+            .retain(|known| known.scheme() != fetcher.scheme());
+        self.fetchers.push(fetcher);
         self
     }
 
@@ -331,12 +262,9 @@ impl<'h> ChainLoader<'h> {
                 let bytes = self.read(path)?;
                 self.host.load(&bytes, options)
             }
-            #[cfg(feature = "builtin")]
-            PolicySource::Builtin(policy) => self.host.load(policy.wasm, options),
             PolicySource::Bytes(bytes) => self.host.load(bytes, options),
-            #[cfg(feature = "oci")]
-            PolicySource::Oci(reference) => {
-                let bytes = self.pull(reference)?;
+            PolicySource::Fetched { scheme, reference } => {
+                let bytes = self.fetch(scheme, reference)?;
                 self.host.load(&bytes, options)
             }
         };
@@ -352,23 +280,32 @@ impl<'h> ChainLoader<'h> {
         })
     }
 
-    /// The module of `reference`, from the store beside the compiled-module cache (none without
-    /// one: then it is pulled every time).
-    #[cfg(feature = "oci")]
-    fn pull(&mut self, reference: &str) -> Result<Arc<[u8]>, LoadError> {
-        if let Some(bytes) = self.pulled.get(reference) {
+    /// The module of `scheme` `reference`, from this loader's fetcher of that scheme (once per
+    /// loader).
+    fn fetch(&mut self, scheme: &str, reference: &str) -> Result<Arc<[u8]>, LoadError> {
+        let key = (scheme.to_string(), reference.to_string());
+        if let Some(bytes) = self.fetched.get(&key) {
             return Ok(bytes.clone());
         }
-        let module = crate::oci::fetch_blocking(
-            reference,
-            &self.registry,
-            self.host.config().cache_dir.as_deref(),
-        )
-        .map_err(|err| LoadError::Registry(err.to_string()))?;
-        self.fetched
-            .push((reference.to_string(), module.immutable, module.fetched));
-        let bytes: Arc<[u8]> = module.bytes.into();
-        self.pulled.insert(reference.to_string(), bytes.clone());
+        let fetcher = self
+            .fetchers
+            .iter()
+            .find(|fetcher| fetcher.scheme() == scheme)
+            .ok_or_else(|| LoadError::NoFetcher {
+                scheme: scheme.to_string(),
+                reference: reference.to_string(),
+                known: match self.fetchers.is_empty() {
+                    true => "none".to_string(),
+                    false => self
+                        .fetchers
+                        .iter()
+                        .map(|fetcher| fetcher.scheme())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+            })?;
+        let bytes = fetcher.fetch(reference)?;
+        self.fetched.insert(key, bytes.clone());
         Ok(bytes)
     }
 
@@ -383,11 +320,163 @@ impl<'h> ChainLoader<'h> {
 }
 
 impl Host {
-    /// Loads `specs` in order into one chain (see [`ChainLoader::load`]).
+    /// Loads `specs` in order into one chain (see [`ChainLoader::load`]) with a loader that has
+    /// no fetcher: files and bytes only.
     ///
     /// # Errors
     /// A [`ChainLoadError`] naming the first entry that could not be loaded, and why.
     pub fn load_chain(&self, specs: &[PolicySpec]) -> Result<PolicyChain, ChainLoadError> {
         ChainLoader::new(self).load(specs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::engine::HostConfig;
+
+    /// The smallest ABI v1 policy: valid settings, allows everything.
+    fn allow_all() -> Vec<u8> {
+        wat::parse_str(
+            r#"(module
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{\"valid\":true}")
+  (data (i32.const 32) "{\"allowed\":true}")
+  (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+  (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+  (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+    i64.const 68719476750)
+  (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
+    i64.const 137438953488)
+  (@custom "nicpolicy.metadata" "{\"name\":\"allow-all\",\"version\":\"1.0.0\",\"abiVersion\":1}")
+)"#,
+        )
+        .expect("valid wat")
+    }
+
+    /// Modules kept by name, counting its fetches.
+    struct Named {
+        modules: Vec<(&'static str, Arc<[u8]>)>,
+        fetches: AtomicUsize,
+    }
+
+    impl ModuleFetcher for Named {
+        fn scheme(&self) -> &str {
+            "configmap:"
+        }
+
+        fn fetch(&self, reference: &str) -> Result<Arc<[u8]>, LoadError> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            self.modules
+                .iter()
+                .find(|(name, _)| *name == reference)
+                .map(|(_, bytes)| bytes.clone())
+                .ok_or_else(|| LoadError::Fetch {
+                    module: format!("configmap:{reference}"),
+                    reason: "no such key in the ConfigMap".to_string(),
+                })
+        }
+    }
+
+    fn host() -> Host {
+        Host::new(HostConfig {
+            cache_dir: None,
+            max_instances: 4,
+            ..HostConfig::default()
+        })
+        .expect("engine starts")
+    }
+
+    #[test]
+    fn references_load_through_the_fetcher_of_their_scheme_once_per_loader() {
+        let host = host();
+        let fetcher = Arc::new(Named {
+            modules: vec![("allow-all.wasm", allow_all().into())],
+            fetches: AtomicUsize::new(0),
+        });
+        let mut loader = ChainLoader::new(&host).with_fetcher(fetcher.clone());
+        let spec =
+            PolicySpec::new(PolicySource::parse("configmap:allow-all.wasm").expect("parses"));
+        assert_eq!(spec.source.label(), "configmap:allow-all.wasm");
+        // Two chains (the webhook loads one per kind) naming the same module: one fetch.
+        let first = loader.load(std::slice::from_ref(&spec)).expect("loads");
+        let second = loader.load(&[spec.clone(), spec]).expect("loads");
+        assert_eq!(first.name(), "allow-all");
+        assert_eq!(second.policies().len(), 2);
+        assert_eq!(fetcher.fetches.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_fetch_that_fails_names_the_entry_and_why() {
+        let host = host();
+        let fetcher = Arc::new(Named {
+            modules: vec![("allow-all.wasm", allow_all().into())],
+            fetches: AtomicUsize::new(0),
+        });
+        let specs = [
+            PolicySpec::new(PolicySource::parse("configmap:allow-all.wasm").expect("parses")),
+            PolicySpec::new(PolicySource::parse("configmap:dmz-guard.wasm").expect("parses")),
+        ];
+        let err = ChainLoader::new(&host)
+            .with_fetcher(fetcher)
+            .load(&specs)
+            .err()
+            .expect("no such key");
+        assert_eq!(err.index, 1);
+        assert_eq!(err.label, "configmap:dmz-guard.wasm");
+        assert_eq!(
+            err.error.to_string(),
+            "configmap:dmz-guard.wasm: no such key in the ConfigMap"
+        );
+    }
+
+    #[test]
+    fn a_scheme_without_a_fetcher_is_refused_naming_the_schemes_there_are() {
+        let host = host();
+        let spec = PolicySpec::new(
+            PolicySource::parse("oci://registry.example.net/platform/dmz-guard:v2")
+                .expect("parses"),
+        );
+        let err = ChainLoader::new(&host)
+            .load(std::slice::from_ref(&spec))
+            .err()
+            .expect("no fetcher");
+        assert!(matches!(*err.error, LoadError::NoFetcher { .. }), "{err:?}");
+        assert_eq!(
+            err.error.to_string(),
+            "oci://registry.example.net/platform/dmz-guard:v2: nothing here fetches `oci://` \
+             modules (known: none)"
+        );
+        let fetcher = Arc::new(Named {
+            modules: Vec::new(),
+            fetches: AtomicUsize::new(0),
+        });
+        let err = ChainLoader::new(&host)
+            .with_fetcher(fetcher)
+            .load(&[spec])
+            .err()
+            .expect("no fetcher");
+        assert!(
+            err.error.to_string().ends_with("(known: configmap:)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn files_are_read_once_per_loader() {
+        let host = host();
+        let dir = std::env::temp_dir().join(format!("nicpolicy-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("allow-all.wasm");
+        std::fs::write(&path, allow_all()).expect("written");
+        let mut loader = ChainLoader::new(&host);
+        let spec = PolicySpec::new(PolicySource::File(path.clone()));
+        loader.load(std::slice::from_ref(&spec)).expect("loads");
+        // Replaced while the loader loads its other chains: they still get the bytes first read.
+        std::fs::write(&path, b"not wasm").expect("written");
+        loader.load(&[spec]).expect("the same bytes");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -234,7 +234,7 @@ pub const SECTION_LIMIT: u64 = 1 << 20;
 /// # Errors
 /// The file cannot be read, is over the limit or not text, or as for [`parse_section`].
 pub fn read_section(path: &std::path::Path) -> Result<VmNics, SectionError> {
-    use crate::files::{read_at_most, BoundedReadError};
+    use nicpolicy_inputs::files::{read_at_most, BoundedReadError};
     let bytes = read_at_most(path, SECTION_LIMIT).map_err(|err| match err {
         BoundedReadError::Io(err) => SectionError::Read(err),
         BoundedReadError::Over { at_least } => SectionError::TooLarge { at_least },

@@ -166,6 +166,50 @@ fn no_layer_imports_one_above_or_beside_it() {
     );
 }
 
+/// The core: loading, limits, evaluating, chains, case files. It fetches modules through the
+/// `ModuleFetcher`s it is given and knows no transport, no built-in policy and no feature.
+const CORE: [&str; 17] = [
+    "engine",
+    "wasm_config",
+    "compiler",
+    "cache",
+    "inspect",
+    "policy",
+    "limits",
+    "error",
+    "stages",
+    "mode",
+    "chain",
+    "lifecycle",
+    "kubewarden",
+    "junit",
+    "spec",
+    "fetch",
+    "cases",
+];
+
+#[test]
+fn the_core_names_only_the_core_and_has_no_feature_gate() {
+    let mut found = Vec::new();
+    for (file, code) in library() {
+        if !CORE.contains(&top(&file)) {
+            continue;
+        }
+        for to in named(&code, "crate::") {
+            if !CORE.contains(&to.as_str()) {
+                found.push(format!("{file} uses crate::{to}"));
+            }
+        }
+        // A test module's own gate is the test's business.
+        for line in code.lines() {
+            if line.contains("cfg(") && line.contains("feature") && !line.contains("test") {
+                found.push(format!("{file}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 #[test]
 fn only_the_webhook_and_its_two_commands_use_it() {
     let owners = ["cli/serve.rs", "cli/review.rs"];

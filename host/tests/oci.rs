@@ -407,7 +407,9 @@ fn the_kustomize_example_configuration_is_valid_and_names_digests() {
         .values()
         .flatten()
         .map(|policy| &policy.spec.source)
-        .filter(|source| matches!(source, nicpolicy::PolicySource::Oci(_)))
+        .filter(|source| {
+            matches!(source, nicpolicy::PolicySource::Fetched { scheme, .. } if scheme == "oci://")
+        })
         .collect();
     assert_eq!(references.len(), 2, "{references:?}");
     // The public key travels in the ConfigMap beside the configuration.

@@ -1615,7 +1615,7 @@ async fn a_plan_capvcd_will_not_build_is_a_warning_or_a_denial() {
     // The CAPVCD policy planning storage-net on DHCP, which stock CAPVCD never applies.
     let dir = scratch("not-built-as-planned");
     let mut config = shipped_config(&dir);
-    let dhcp = nicpolicy::PolicySpec::new(nicpolicy::PolicySource::builtin("capvcd").unwrap())
+    let dhcp = nicpolicy::PolicySpec::new(nicpolicy::sources::builtin("capvcd").unwrap())
         .with_settings(json!({"networks": {"storage-net": {"ipAllocationMode": "DHCP"}}}));
     config.policies.get_mut(&M).unwrap()[0].spec = dhcp;
     let review = fixture("vcdmachine-create-worker");

@@ -15,7 +15,9 @@ use crate::cases::{self, CaseError};
 use crate::clusters::{
     as_capvcd_reads, cluster_name_of, namespace_of, ClusterGroup, Owner, StaticClusters,
 };
-use crate::manifest::{ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS};
+use nicpolicy_inputs::manifest::{
+    ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS,
+};
 
 /// The kinds audited.
 pub const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
@@ -52,7 +54,7 @@ impl ObjectId {
         self.api_version.clone().unwrap_or_else(|| {
             format!(
                 "{}/{}",
-                crate::manifest::CAPVCD_GROUP,
+                nicpolicy_inputs::manifest::CAPVCD_GROUP,
                 SUPPORTED_VERSIONS[0]
             )
         })

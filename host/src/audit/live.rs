@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::clusters::namespace_of;
 use crate::clusters::versions::{self, VersionError, Wanted};
-use crate::manifest::{ManifestFile, Object};
+use nicpolicy_inputs::manifest::{ManifestFile, Object};
 
 /// Objects per list call: large lists come in pages, as kubectl fetches them.
 const PAGE: u32 = 500;

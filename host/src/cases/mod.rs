@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{EvalError, LoadError};
-use crate::manifest::{build_request, ManifestError, ManifestFile};
 use crate::policy::{Evaluation, Policy};
+use nicpolicy_inputs::manifest::{build_request, ManifestError, ManifestFile};
 
 pub use suite::{run, CaseReport, Report};
 

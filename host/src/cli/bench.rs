@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use nicpolicy::cases::{self, Case};
-use nicpolicy::{Host, HostConfig, PolicyChain, PolicySource, PolicySpec};
+use nicpolicy::{Host, HostConfig, PolicyChain, PolicySpec};
 use serde::{Deserialize, Serialize};
 
 use super::policy_args::{policy_specs, PolicyArgs, Positions};
@@ -123,7 +123,7 @@ pub fn run(args: BenchArgs, positions: &Positions) -> Result<u8, Failure> {
         )));
     }
     let mut specs = policy_specs(&args.policy, &args.settings, positions)?;
-    let reference = PolicySpec::new(PolicySource::parse("builtin:capvcd").map_err(usage)?);
+    let reference = PolicySpec::new(nicpolicy::builtin::CAPVCD.source());
     let has_reference = specs
         .iter()
         .any(|spec| spec.source.label() == reference.source.label());
@@ -318,8 +318,8 @@ fn bench_all(
     // oci:// policies are pulled with the command's registry options, as `eval` pulls them.
     let registry = args.policy.registry.options()?;
     let load = |host: &Host, one: &[PolicySpec]| {
-        nicpolicy::spec::ChainLoader::new(host)
-            .with_registry(registry.clone())
+        nicpolicy::sources::Sources::with_registry(host, registry.clone())
+            .loader(host)
             .load(one)
             .map(|chain| chain.with_nic_sources(args.nic_sources))
             .map_err(usage)

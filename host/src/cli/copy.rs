@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
-use nicpolicy::spec::without_oci_scheme;
+use nicpolicy::oci::fetcher::without_scheme as without_oci_scheme;
 
 use super::registry_args::{failure, RegistryArgs};
 use super::{runtime, Failure};

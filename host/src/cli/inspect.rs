@@ -30,7 +30,7 @@ pub fn run(args: InspectArgs) -> Result<u8, Failure> {
         .file
         .as_ref()
         .and_then(|path| path.to_str())
-        .and_then(nicpolicy::spec::oci_reference);
+        .and_then(nicpolicy::oci::fetcher::reference_of);
     let (label, bytes) = match &args.file {
         Some(_) if reference.is_some() => {
             let reference = reference.unwrap_or_default();

@@ -117,7 +117,7 @@ fn parse_plan_field(text: &str) -> Result<PlanField, String> {
 
 /// `builtin:NAME` names an embedded policy; anything else is a file.
 pub(super) fn parse_policy_source(text: &str) -> Result<PolicySource, String> {
-    PolicySource::parse(text).map_err(|err| err.to_string())
+    nicpolicy::sources::parse(text).map_err(|err| err.to_string())
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -194,7 +194,7 @@ pub fn policy_specs(
     positions: &Positions,
 ) -> Result<Vec<PolicySpec>, Failure> {
     let sources = if args.policies.is_empty() {
-        vec![PolicySource::Builtin(&nicpolicy::builtin::CAPVCD)]
+        vec![nicpolicy::builtin::CAPVCD.source()]
     } else {
         args.policies.clone()
     };
@@ -255,10 +255,14 @@ pub fn load_chain(
     // The CLI evaluates one machine: a small pool is enough.
     config.max_instances = 4;
     let host = Host::new(config).map_err(runtime)?;
-    let mut loader =
-        nicpolicy::spec::ChainLoader::new(&host).with_registry(args.registry.options()?);
-    let chain = loader.load(specs).map_err(usage)?;
-    for (reference, immutable, fetched) in loader.fetched() {
+    let sources = nicpolicy::sources::Sources::with_registry(&host, args.registry.options()?);
+    let chain = sources.loader(&host).load(specs).map_err(usage)?;
+    for nicpolicy::oci::fetcher::FetchRecord {
+        reference,
+        immutable,
+        fetched,
+    } in sources.fetched()
+    {
         match fetched {
             nicpolicy::oci::store::Fetched::StoredWhileUnreachable(why) => eprintln!(
                 "warning: oci://{reference}: the registry cannot be reached ({why}); using \

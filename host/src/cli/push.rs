@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use nicpolicy::inspect::inspect;
-use nicpolicy::spec::without_oci_scheme;
+use nicpolicy::oci::fetcher::without_scheme as without_oci_scheme;
 
 use super::registry_args::{failure, RegistryArgs};
 use super::{usage, Failure};

@@ -6,8 +6,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+use nicpolicy::oci::fetcher::without_scheme as without_oci_scheme;
 use nicpolicy::oci::signature::{key_pair_paths, SigningKey};
-use nicpolicy::spec::without_oci_scheme;
 
 use super::registry_args::{failure, RegistryArgs};
 use super::{usage, Failure};

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
+use nicpolicy::oci::fetcher::without_scheme as without_oci_scheme;
 use nicpolicy::oci::signature::Verification;
 use nicpolicy::oci::OciError;
-use nicpolicy::spec::without_oci_scheme;
 
 use super::registry_args::{failure, read_keys, RegistryArgs};
 use super::Failure;

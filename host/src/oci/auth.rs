@@ -78,9 +78,9 @@ pub fn credentials(registry: &str, path: Option<&Path>) -> Result<RegistryAuth, 
             None => return Ok(RegistryAuth::Anonymous),
         },
     };
-    let text = match crate::files::read_at_most(&path, 1 << 20) {
+    let text = match nicpolicy_inputs::files::read_at_most(&path, 1 << 20) {
         Ok(bytes) => bytes,
-        Err(crate::files::BoundedReadError::Io(err))
+        Err(nicpolicy_inputs::files::BoundedReadError::Io(err))
             if !named && err.kind() == std::io::ErrorKind::NotFound =>
         {
             return Ok(RegistryAuth::Anonymous)

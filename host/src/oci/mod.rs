@@ -16,6 +16,7 @@
 //!   only when a cosign signature of its manifest checks with a trusted key ([`signature`]).
 
 pub mod auth;
+pub mod fetcher;
 pub mod mirror;
 pub mod signature;
 pub mod store;
@@ -204,7 +205,7 @@ fn client(
         .into_iter()
         .flatten();
     for path in options.ca_files.iter().chain(own) {
-        let data = crate::files::read_at_most(path, 1 << 20).map_err(|err| {
+        let data = nicpolicy_inputs::files::read_at_most(path, 1 << 20).map_err(|err| {
             OciError::Config(format!(
                 "{}: cannot read the CA bundle: {err}",
                 path.display()

@@ -123,7 +123,7 @@ impl TrustedKey {
 /// The `which` (public or private) key file at `path`, read to at most
 /// [`MAX_KEY_BYTES`](crate::limits::MAX_KEY_BYTES).
 fn read_key_file(path: &Path, which: &str) -> Result<Vec<u8>, OciError> {
-    crate::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
+    nicpolicy_inputs::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
         OciError::Config(format!(
             "{}: cannot read the {which} key: {err}",
             path.display()

@@ -99,7 +99,7 @@ impl Store {
     fn stored(&self, reference: &str) -> Option<(Entry, Vec<u8>)> {
         let text = std::fs::read(self.ref_path(reference)).ok()?;
         let entry: Entry = serde_json::from_slice(&text).ok()?;
-        let bytes = crate::files::read_at_most(
+        let bytes = nicpolicy_inputs::files::read_at_most(
             &self.blob_path(&entry.layer),
             crate::limits::MAX_MODULE_BYTES as u64,
         )

@@ -19,10 +19,10 @@ use nicpolicy_plugin::{Inventory, ObjectKind};
 use sha2::{Digest, Sha256};
 
 use crate::error::LoadError;
-use crate::manifest::{self, ManifestError};
-use crate::spec::{ChainLoader, PolicySpec};
+use crate::spec::PolicySpec;
 use crate::{Host, PolicyChain};
 pub use config::{ConfigError, FailureMode, ServeConfig, UnavailableAtStart, UnknownClusterMode};
+use nicpolicy_inputs::manifest::{self, ManifestError};
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -114,12 +114,13 @@ impl Served {
             .unwrap_or_else(|| "(built-in configuration)".to_string());
         // One loader for every kind: entries naming the same module file get the same bytes
         // even if the file is replaced while the load runs.
-        let loader = ChainLoader::new(host);
         // `oci:` entries are pulled (or read from the store) with the configuration's registry
         // options.
         #[cfg(feature = "oci")]
-        let loader = loader.with_registry(config.registry.options());
-        let mut loader = loader;
+        let sources = crate::sources::Sources::with_registry(host, config.registry.options());
+        #[cfg(not(feature = "oci"))]
+        let sources = crate::sources::Sources::new(host);
+        let mut loader = sources.loader(host);
         let mut chains = BTreeMap::new();
         let mut unavailable = BTreeMap::new();
         for (kind, entries) in &config.policies {

@@ -10,9 +10,9 @@ use nicpolicy_plugin::objects;
 use nicpolicy_plugin::{Decision, ObjectKind, Violation};
 use serde_json::Value;
 
-use crate::manifest::CAPVCD_GROUP;
 use crate::served::config::FailureMode;
 use crate::served::Served;
+use nicpolicy_inputs::manifest::CAPVCD_GROUP;
 
 /// An HTTP answer: status code and a JSON AdmissionReview body.
 #[derive(Clone, Debug)]

@@ -34,8 +34,8 @@ use nicpolicy_plugin::ObjectKind;
 use serde::Deserialize;
 
 use crate::limits::{self, CompileBounds, Limits};
-use crate::manifest::{ManifestError, ManifestFile};
 use crate::spec::{PolicySource, PolicySpec, SettingsSource};
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
 
 /// Port kube-apiserver reaches Cluster API webhooks on.
 pub const DEFAULT_PORT: u16 = 9443;
@@ -374,7 +374,7 @@ impl ServeConfig {
     pub fn builtin_default() -> ServeConfig {
         let capvcd = |kind: ObjectKind| PolicyConfig {
             spec: PolicySpec {
-                source: PolicySource::Builtin(&crate::builtin::CAPVCD),
+                source: crate::builtin::CAPVCD.source(),
                 settings: SettingsSource::default(),
                 sha256: None,
                 limits: Limits::default()
@@ -430,7 +430,7 @@ impl ServeConfig {
     /// # Errors
     /// A [`ConfigError`] naming the file and, where there is one, the field at fault.
     pub fn read(path: &Path) -> Result<ServeConfig, ConfigError> {
-        let text = crate::manifest::read_text(path)?;
+        let text = nicpolicy_inputs::manifest::read_text(path)?;
         Self::parse(path, &text)
     }
 
@@ -744,10 +744,11 @@ impl Reader<'_> {
                     .map(|(j, path)| {
                         let path = self.resolve(path);
                         let field = format!("{at}.keys[{j}]");
-                        let pem = crate::files::read_at_most(&path, crate::limits::MAX_KEY_BYTES)
-                            .map_err(|err| {
-                            self.error(&field, format!("{}: {err}", path.display()))
-                        })?;
+                        let pem = nicpolicy_inputs::files::read_at_most(
+                            &path,
+                            crate::limits::MAX_KEY_BYTES,
+                        )
+                        .map_err(|err| self.error(&field, format!("{}: {err}", path.display())))?;
                         #[cfg(feature = "oci")]
                         crate::oci::signature::TrustedKey::from_pem(
                             path.display().to_string(),
@@ -772,7 +773,7 @@ impl Reader<'_> {
         reference: &str,
         require_digest: bool,
     ) -> Result<PolicySource, ConfigError> {
-        let reference = crate::spec::without_oci_scheme(reference);
+        let reference = crate::sources::without_oci_scheme(reference);
         if require_digest && !reference.contains("@sha256:") {
             return Err(self.error(
                 at,
@@ -783,7 +784,7 @@ impl Reader<'_> {
                 ),
             ));
         }
-        PolicySource::oci(reference).map_err(|err| self.error(at, err))
+        crate::sources::oci(reference).map_err(|err| self.error(at, err))
     }
 
     /// One entry of a chain, at `at` (like `policies.VCDMachine[0]`).
@@ -795,7 +796,7 @@ impl Reader<'_> {
     ) -> Result<PolicyConfig, ConfigError> {
         let source = match (&entry.path, &entry.builtin, &entry.oci) {
             (Some(path), None, None) => PolicySource::File(self.resolve(path)),
-            (None, Some(name), None) => PolicySource::builtin(name)
+            (None, Some(name), None) => crate::sources::builtin(name)
                 .map_err(|err| self.error(&format!("{at}.builtin"), err))?,
             (None, None, Some(reference)) => {
                 self.oci_source(&format!("{at}.oci"), reference, require_digest)?
@@ -1172,7 +1173,10 @@ reload: {interval: 1s}
         let chain = &config.policies[&ObjectKind::VcdMachine];
         assert_eq!(
             chain[0].spec.source,
-            PolicySource::Oci(format!("registry.example.net/platform/dmz-guard@{digest}"))
+            PolicySource::fetched(
+                "oci://",
+                &format!("registry.example.net/platform/dmz-guard@{digest}")
+            )
         );
         assert!(config.registry.require_digest);
         assert!(!config.registry.plain_http);
