@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::error::LoadError;
-use crate::fetch::ModuleFetcher;
-use crate::spec::PolicySource;
+use nicpolicy_engine::error::LoadError;
+use nicpolicy_engine::fetch::ModuleFetcher;
+use nicpolicy_engine::spec::PolicySource;
 
 /// A policy module embedded in the binary.
 #[derive(Clone, Copy, Debug)]

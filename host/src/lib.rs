@@ -29,16 +29,23 @@
 //!
 //! # Where to start
 //!
+//! The engine (load, limits, evaluate, chains, case files) is the crate `nicpolicy-engine`,
+//! whose modules this crate re-exports under its own name; it knows no registry, HTTP or
+//! Kubernetes client. This crate adds where modules come from ([`sources`]), what serves them
+//! and the commands.
+//!
 //! - [`Host`] ([`engine`]): the Wasmtime engine, its epoch ticker and the compiled-module cache.
 //!   Expensive to create (it reserves the instance pool); one per process, cheap to clone.
 //! - [`Policy`] ([`policy`]): a loaded module with its settings and limits. Loading compiles
 //!   (or reads the cache), checks the ABI and the settings; evaluating instantiates afresh for
 //!   every call, so nothing survives between machines. `Send + Sync`, cheap to clone.
-//! - [`PolicySpec`] and [`Host::load_chain`] ([`spec`]): where a policy comes from (a file, a
-//!   built-in, bytes), its settings, digest pin and limits; a list of them loads into a
-//!   [`PolicyChain`] ([`chain`]) with errors naming the entry that failed. The CLI and the
+//! - [`PolicySpec`] and [`sources::Sources::loader`] ([`spec`], [`sources`]): where a policy
+//!   comes from (a file, a built-in, a registry, bytes), its settings, digest pin and limits;
+//!   a list of them loads into a [`PolicyChain`] ([`chain`]) with errors naming the entry that
+//!   failed. The CLI and the
 //!   webhook both load their policies this way.
-//! - [`RequestFiles`] ([`manifest`]): Kubernetes manifests to a policy [`plugin::Request`].
+//! - [`RequestFiles`] ([`request`], [`manifest`]): Kubernetes manifests to a policy
+//!   [`plugin::Request`].
 //! - [`lifecycle::judge`]: how a decision becomes an answer that never blocks a cluster's
 //!   lifecycle (deletions, ratcheted updates, request faults, unknown clusters); the webhook,
 //!   `nicpolicy eval` and the case runner all answer through it.
@@ -76,67 +83,47 @@
 //! - `playground` (default): the page of `nicpolicy playground` ([`playground`]), built by
 //!   `build.rs` (the policies' JS builds and the manifest reader of `host/playground`) and
 //!   embedded.
+//! - `oci` (default): policies in OCI registries (`oci`, `oci://` sources, `nicpolicy push` and
+//!   `pull`): oci-client and sigstore.
 //! - `cli` (default): the `nicpolicy` binary.
 //!
-//! `default-features = false` leaves the core: load, limits, evaluate, chains, manifests.
+//! `default-features = false` leaves the engine ([`nicpolicy_engine`], re-exported here), the
+//! served configuration, the audit and the manifests.
 
 #![doc(test(attr(deny(warnings))))]
 
 pub mod audit;
 #[cfg(feature = "builtin")]
 pub mod builtin;
-pub mod cache;
-pub mod cases;
-pub mod chain;
 pub mod clusters;
-pub mod compiler;
 #[cfg(feature = "webhook")]
 pub mod controller;
-pub mod engine;
-pub mod error;
-pub mod fetch;
 #[cfg(feature = "webhook")]
 pub mod guard;
-pub mod inspect;
-pub mod junit;
-pub mod kubewarden;
-pub mod lifecycle;
-pub mod limits;
-pub mod mode;
 pub mod network_config;
 #[cfg(feature = "oci")]
 pub mod oci;
 #[cfg(feature = "playground")]
 pub mod playground;
-pub mod policy;
 #[cfg(feature = "webhook")]
 pub mod probes;
 pub mod served;
 pub mod sources;
-pub mod spec;
-pub mod stages;
 pub mod vcd;
-pub mod wasm_config;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 
-pub use chain::{ChainError, ChainEvaluation, PolicyChain};
-pub use engine::{Host, HostConfig, HostError};
-pub use error::{EvalError, LoadError};
-pub use limits::{Budget, Limits, LARGE_INPUT_SHARE};
-pub use manifest::{ManifestError, RequestFiles};
-pub use mode::Mode;
-pub use nicpolicy_inputs::{files, manifest};
+// The engine's modules, under this crate's name as before they were a crate of their own.
+pub use nicpolicy_engine::{
+    cache, cases, chain, compiler, engine, error, fetch, inspect, junit, kubewarden, lifecycle,
+    limits, mode, policy, spec, stages, wasm_config,
+};
+pub use nicpolicy_engine::{
+    Budget, ChainError, ChainEvaluation, ChainLoadError, ChainLoader, EvalError, Evaluation, Host,
+    HostConfig, HostError, Limits, LoadError, LogLine, Mode, Policy, PolicyChain, PolicyOptions,
+    PolicySource, PolicySpec, RequestFormat, SettingsSource, LARGE_INPUT_SHARE,
+};
+pub use nicpolicy_inputs::manifest::ManifestError;
+pub use nicpolicy_inputs::request::RequestFiles;
+pub use nicpolicy_inputs::{files, manifest, request};
 pub use nicpolicy_plugin as plugin;
-pub use policy::{Evaluation, LogLine, Policy, PolicyOptions, RequestFormat};
-pub use spec::{ChainLoadError, ChainLoader, PolicySource, PolicySpec, SettingsSource};
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn policy_and_host_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<super::Policy>();
-        check::<super::Host>();
-    }
-}

@@ -19,10 +19,10 @@
 
 use std::sync::Arc;
 
-use crate::engine::Host;
-use crate::error::LoadError;
-use crate::fetch::{split_scheme, ModuleFetcher};
-use crate::spec::{ChainLoader, PolicySource};
+use nicpolicy_engine::engine::Host;
+use nicpolicy_engine::error::LoadError;
+use nicpolicy_engine::fetch::{split_scheme, ModuleFetcher};
+use nicpolicy_engine::spec::{ChainLoader, PolicySource};
 
 /// `oci://REFERENCE` for a module in a registry, `builtin:NAME` for a built-in policy, anything
 /// else a file path (a path that looks like another scheme, `site:v2.wasm`, too). The reference

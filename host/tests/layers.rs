@@ -17,6 +17,16 @@ fn src() -> PathBuf {
 /// Every `.rs` file under `host/src`, relative to it ("webhook/review.rs"), with its code: the
 /// text before a trailing `#[cfg(test)] mod tests`, each line cut at `//`.
 fn sources() -> Vec<(String, String)> {
+    sources_under(&src())
+}
+
+/// The same for the sources of the crate at `dir` (relative to `host/`): `engine`, `inputs`,
+/// `../plugin`.
+fn crate_sources(dir: &str) -> Vec<(String, String)> {
+    sources_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join("src"))
+}
+
+fn sources_under(src: &Path) -> Vec<(String, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read host/src") {
             let path = entry.expect("entry").path();
@@ -28,23 +38,27 @@ fn sources() -> Vec<(String, String)> {
         }
     }
     let mut files = Vec::new();
-    walk(&src(), &mut files);
+    walk(src, &mut files);
     files.sort();
     files
         .into_iter()
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("read source");
-            let text = match text.find("#[cfg(test)]\nmod tests") {
-                Some(at) => &text[..at],
-                None => &text,
-            };
+            let text = [
+                "#[cfg(test)]\nmod tests",
+                "#[cfg(test)]\npub(crate) mod tests",
+            ]
+            .iter()
+            .filter_map(|start| text.find(start))
+            .min()
+            .map_or(text.as_str(), |at| &text[..at]);
             let code: Vec<&str> = text
                 .lines()
                 .map(|line| line.split("//").next().unwrap_or(""))
                 .collect();
             let rel = path
-                .strip_prefix(src())
-                .expect("under host/src")
+                .strip_prefix(src)
+                .expect("under the crate's src")
                 .to_string_lossy()
                 .replace('\\', "/");
             (rel, code.join("\n"))
@@ -62,11 +76,12 @@ fn top(file: &str) -> &str {
 fn named(code: &str, prefix: &str) -> BTreeSet<String> {
     code.match_indices(prefix)
         .filter(|(at, _)| {
-            // A whole path segment: not `my_crate::` or `nicpolicy_plugin::`.
+            // A whole path segment: not `my_crate::` or `nicpolicy_plugin::`, nor a macro's
+            // `$crate::`, which names the crate where the macro is used.
             !code[..*at]
                 .chars()
                 .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$')
         })
         .map(|(at, _)| {
             code[at + prefix.len()..]
@@ -85,23 +100,36 @@ fn library() -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn the_library_has_no_import_circle() {
+/// Which top-level modules each module of `sources` names through `crate::`.
+fn edges(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (file, code) in library() {
-        let from = top(&file).to_string();
-        let to: BTreeSet<String> = named(&code, "crate::")
+    for (file, code) in sources {
+        let from = top(file).to_string();
+        let to: BTreeSet<String> = named(code, "crate::")
             .into_iter()
             .filter(|to| *to != from)
             .collect();
         edges.entry(from).or_default().extend(to);
     }
-    let circle = find_circle(&edges);
-    assert!(
-        circle.is_none(),
-        "import circle between the host's modules: {}",
-        circle.unwrap_or_default().join(" -> ")
-    );
+    edges
+}
+
+#[test]
+fn no_crate_has_an_import_circle() {
+    for (name, sources) in [
+        ("nicpolicy (host/src)", library()),
+        ("nicpolicy-engine", crate_sources("engine")),
+        ("nicpolicy-inputs", crate_sources("inputs")),
+        ("nicpolicy-plugin", crate_sources("../plugin")),
+    ] {
+        assert!(sources.len() > 2, "{name}: read its sources");
+        let circle = find_circle(&edges(&sources));
+        assert!(
+            circle.is_none(),
+            "import circle between the modules of {name}: {}",
+            circle.unwrap_or_default().join(" -> ")
+        );
+    }
 }
 
 /// A circle in `edges`, as the path around it, found by a depth-first search for a back edge.
@@ -166,48 +194,24 @@ fn no_layer_imports_one_above_or_beside_it() {
     );
 }
 
-/// The core: loading, limits, evaluating, chains, case files. It fetches modules through the
-/// `ModuleFetcher`s it is given and knows no transport, no built-in policy and no feature.
-const CORE: [&str; 17] = [
-    "engine",
-    "wasm_config",
-    "compiler",
-    "cache",
-    "inspect",
-    "policy",
-    "limits",
-    "error",
-    "stages",
-    "mode",
-    "chain",
-    "lifecycle",
-    "kubewarden",
-    "junit",
-    "spec",
-    "fetch",
-    "cases",
-];
-
 #[test]
-fn the_core_names_only_the_core_and_has_no_feature_gate() {
-    let mut found = Vec::new();
-    for (file, code) in library() {
-        if !CORE.contains(&top(&file)) {
-            continue;
-        }
-        for to in named(&code, "crate::") {
-            if !CORE.contains(&to.as_str()) {
-                found.push(format!("{file} uses crate::{to}"));
-            }
-        }
-        // A test module's own gate is the test's business.
+fn the_engine_has_no_feature_gate() {
+    // The engine fetches modules through the `ModuleFetcher`s it is given: one build of it
+    // serves every program, with nothing switched in or out (its tests included).
+    let engine = crate_sources("engine");
+    assert!(
+        engine.iter().any(|(file, _)| file == "spec.rs"),
+        "read the engine"
+    );
+    let mut gates = Vec::new();
+    for (file, code) in &engine {
         for line in code.lines() {
-            if line.contains("cfg(") && line.contains("feature") && !line.contains("test") {
-                found.push(format!("{file}: {}", line.trim()));
+            if line.contains("cfg(") && line.contains("feature") {
+                gates.push(format!("{file}: {}", line.trim()));
             }
         }
     }
-    assert!(found.is_empty(), "{}", found.join("\n"));
+    assert!(gates.is_empty(), "{}", gates.join("\n"));
 }
 
 #[test]
@@ -312,44 +316,74 @@ fn cargo_tree(args: &[&str]) -> std::process::Output {
         .expect("cargo tree runs")
 }
 
-#[test]
-fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
-    // The playground compiles nicpolicy-inputs to wasm32, and the commands read manifests with
-    // it: it must not pull Wasmtime, a Kubernetes client, an async runtime or an HTTP stack.
-    let output = cargo_tree(&[
-        "--package",
-        "nicpolicy-inputs",
-        "--prefix",
-        "none",
-        "--format",
-        "{p}",
-    ]);
-    let tree = String::from_utf8_lossy(&output.stdout);
+/// The crates `package` links (normal edges), from `cargo tree`.
+fn linked(package: &str) -> (BTreeSet<String>, String) {
+    let output = cargo_tree(&["--package", package, "--prefix", "none", "--format", "{p}"]);
+    let tree = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(
         output.status.success(),
         "cargo tree failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let crates: BTreeSet<&str> = tree
+    let crates = tree
         .lines()
         .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_string)
         .collect();
-    assert!(crates.contains("nicpolicy-plugin"), "{tree}");
-    let forbidden = [
-        "wasmtime",
-        "kube",
-        "kube-client",
-        "kube-runtime",
-        "tokio",
-        "axum",
-        "hyper",
-        "tower",
-        "rustls",
-    ];
-    let found: Vec<&&str> = forbidden.iter().filter(|c| crates.contains(**c)).collect();
+    (crates, tree)
+}
+
+/// Asserts that `package` links `expected` and none of `forbidden`.
+fn assert_links_none_of(package: &str, expected: &str, forbidden: &[&str]) {
+    let (crates, tree) = linked(package);
     assert!(
-        found.is_empty(),
-        "nicpolicy-inputs depends on {found:?}:\n{tree}"
+        crates.contains(expected),
+        "{package} links {expected}:\n{tree}"
+    );
+    let found: Vec<&&str> = forbidden.iter().filter(|c| crates.contains(**c)).collect();
+    assert!(found.is_empty(), "{package} depends on {found:?}:\n{tree}");
+}
+
+#[test]
+fn the_inputs_crate_links_no_engine_and_no_kubernetes_client() {
+    // The playground compiles nicpolicy-inputs to wasm32, and the commands read manifests with
+    // it: it must not pull Wasmtime, a Kubernetes client, an async runtime or an HTTP stack.
+    assert_links_none_of(
+        "nicpolicy-inputs",
+        "nicpolicy-plugin",
+        &[
+            "wasmtime",
+            "kube",
+            "kube-client",
+            "kube-runtime",
+            "tokio",
+            "axum",
+            "hyper",
+            "tower",
+            "rustls",
+        ],
+    );
+}
+
+#[test]
+fn the_engine_links_no_registry_client_no_http_and_no_kubernetes_client() {
+    // Whoever embeds the engine (a CLI, another policy engine, a test) gets Wasmtime and the
+    // policy inputs, and none of the server stack: the compiler, not a review, keeps it so.
+    assert_links_none_of(
+        "nicpolicy-engine",
+        "wasmtime",
+        &[
+            "tokio",
+            "kube",
+            "kube-client",
+            "kube-runtime",
+            "axum",
+            "hyper",
+            "reqwest",
+            "rustls",
+            "oci-client",
+            "sigstore",
+        ],
     );
 }
 
@@ -388,6 +422,7 @@ fn the_checks_see_what_they_look_for() {
         BTreeSet::from(["spec".to_string(), "webhook".to_string()])
     );
     assert_eq!(named(code, "plugin::"), BTreeSet::new());
+    assert_eq!(named("$crate::guest::log(x)", "crate::"), BTreeSet::new());
     assert_eq!(top("webhook/review.rs"), "webhook");
     assert_eq!(top("engine.rs"), "engine");
     // A circle through three modules is found and named; a tree is not one.
@@ -418,4 +453,56 @@ fn the_checks_see_what_they_look_for() {
         ])),
         None
     );
+}
+
+#[test]
+fn cargo_the_crate_docs_and_the_readme_list_the_same_features() {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &Path| std::fs::read_to_string(path).expect("readable");
+    // host/Cargo.toml's [features], without `default`.
+    let manifest = read(&host.join("Cargo.toml"));
+    let section = manifest
+        .split("[features]")
+        .nth(1)
+        .expect("a [features] section");
+    let section = section.split("\n[").next().unwrap_or(section);
+    let cargo: BTreeSet<String> = section
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.starts_with(' '))
+        .filter_map(|line| line.split_once(" = "))
+        .map(|(name, _)| name.trim().to_string())
+        .filter(|name| name != "default")
+        .collect();
+    // lib.rs's "# Features": one `- `NAME` (default): ...` item each.
+    let lib = read(&host.join("src/lib.rs"));
+    let documented: BTreeSet<String> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! - `"))
+        .filter_map(|rest| rest.split_once("` (default)"))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    // README: "Features of `nicpolicy`: `NAME` (...), ...; all are on by default."
+    let readme = read(&host.join("../README.md")).replace('\n', " ");
+    let sentence = readme
+        .split("Features of `nicpolicy`:")
+        .nth(1)
+        .and_then(|rest| rest.split("all are on by default").next())
+        .expect("README lists the features");
+    let listed: BTreeSet<String> = sentence
+        .split('`')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .filter_map(|pair| match pair {
+            [_, name] => Some(name.to_string()),
+            _ => None,
+        })
+        .filter(|name| cargo.contains(name) || !name.contains(' '))
+        .filter(|name| sentence.contains(&format!("`{name}` (")))
+        .collect();
+    assert!(cargo.len() >= 5, "{cargo:?}");
+    assert_eq!(
+        documented, cargo,
+        "lib.rs # Features against host/Cargo.toml"
+    );
+    assert_eq!(listed, cargo, "README against host/Cargo.toml");
 }

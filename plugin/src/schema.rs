@@ -10,8 +10,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::source::Source;
-
 /// Label that names the Cluster API cluster a machine belongs to.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Label that marks control-plane machines (its value does not matter).
@@ -747,6 +745,139 @@ pub enum EvaluateOutput {
     },
     /// The decision.
     Decision(Decision),
+}
+
+// Where a decision's parts come from ([`crate::source`] says how policies attach them). Part of
+// the schema: the NICs and violations above carry them.
+
+/// Where a planned NIC's network was taken from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Origin {
+    /// The VCDCluster's `spec.ovdcNetwork` (NIC 0 of a single-zone cluster).
+    ClusterNetwork,
+    /// The `ovdcNetworkName` of the machine's zone (NIC 0 of a multi-zone cluster).
+    Zone,
+    /// The machine's own `spec.extraOvdcNetworks`.
+    Machine,
+    /// A policy's defaults for the machine's role, written into a machine that listed none.
+    RoleDefaults,
+    /// A policy's settings otherwise (a mapping of logical names, a site default).
+    Settings,
+}
+
+impl Origin {
+    /// Every origin, in the order above.
+    pub const ALL: [Origin; 5] = [
+        Origin::ClusterNetwork,
+        Origin::Zone,
+        Origin::Machine,
+        Origin::RoleDefaults,
+        Origin::Settings,
+    ];
+
+    /// The name as it is serialised (`clusterNetwork`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::ClusterNetwork => "clusterNetwork",
+            Origin::Zone => "zone",
+            Origin::Machine => "machine",
+            Origin::RoleDefaults => "roleDefaults",
+            Origin::Settings => "settings",
+        }
+    }
+
+    /// How a person reads it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Origin::ClusterNetwork => "the cluster's ovdcNetwork",
+            Origin::Zone => "the machine's zone",
+            Origin::Machine => "the machine's own list",
+            Origin::RoleDefaults => "role defaults",
+            Origin::Settings => "policy settings",
+        }
+    }
+}
+
+/// Why a NIC or a violation is in a decision.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// Where a NIC's network was taken from (NICs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    /// The object field the value was read from: `cluster.spec.ovdcNetwork`,
+    /// `spec.extraOvdcNetworks[1]` (paths that start with `cluster.` point into the VCDCluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The rule that planned the NIC or found the violation, `policy-kind/rule`
+    /// (`capvcd/plan`, `role-based/forbidden`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The setting behind it, as a path into the policy's settings (`worker.defaults[0]`,
+    /// `capvcd.maxNics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting: Option<String>,
+    /// The chain entry whose decision carried it; the host fills it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+impl Source {
+    /// The source of a part made by `rule`.
+    pub fn rule(rule: impl Into<String>) -> Source {
+        Source {
+            rule: Some(rule.into()),
+            ..Source::default()
+        }
+    }
+
+    /// A NIC taken from `origin` at `field` by `rule`.
+    pub fn nic(origin: Origin, field: impl Into<String>, rule: impl Into<String>) -> Source {
+        Source {
+            origin: Some(origin),
+            field: Some(field.into()),
+            rule: Some(rule.into()),
+            ..Source::default()
+        }
+    }
+
+    /// This source with `setting` as the setting behind it.
+    pub fn with_setting(mut self, setting: impl Into<String>) -> Source {
+        self.setting = Some(setting.into());
+        self
+    }
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        *self == Source::default()
+    }
+
+    /// One line for people: `role defaults (worker.defaults[0]) by role-based/defaults, policy
+    /// site`; empty parts are left out.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        match (self.origin, &self.field) {
+            (Some(origin), Some(field)) => parts.push(format!("{} ({field})", origin.text())),
+            (Some(origin), None) => parts.push(origin.text().to_string()),
+            (None, Some(field)) => parts.push(field.clone()),
+            (None, None) => {}
+        }
+        if let Some(setting) = &self.setting {
+            parts.push(format!("setting {setting}"));
+        }
+        if let Some(rule) = &self.rule {
+            parts.push(format!("rule {rule}"));
+        }
+        if let Some(policy) = &self.policy {
+            parts.push(format!("policy {policy}"));
+        }
+        if parts.is_empty() {
+            "not reported".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 #[cfg(test)]

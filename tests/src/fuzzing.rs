@@ -7,8 +7,9 @@
 
 use std::path::Path;
 
-use nicpolicy::manifest::{build_request, ManifestFile};
+use nicpolicy::manifest::ManifestFile;
 use nicpolicy::policy::{check_decision, decode_binary_decision, decode_decision};
+use nicpolicy::request::build_request;
 use nicpolicy::EvalError;
 use nicpolicy_plugin::{Decision, Request};
 

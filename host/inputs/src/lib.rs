@@ -2,8 +2,9 @@
 //!
 //! - [`manifest`]: YAML or JSON files (several documents, `kind: List`) read into the schema's
 //!   machines, clusters and inventories, with errors that name the file, the line and column or
-//!   the object and field; [`manifest::build_request`] makes the request `nicpolicy eval` and the
-//!   playground evaluate;
+//!   the object and field;
+//! - [`request`]: a machine's request from files ([`request::build_request`], [`request::RequestFiles`]),
+//!   the one `nicpolicy eval`, the case files and the playground evaluate;
 //! - [`clusters`]: the one rule that finds a machine's cluster among the objects of the files
 //!   ([`clusters::StaticClusters::find`]), which `eval`, `audit`, `test` and the playground
 //!   apply, and which the webhook and the controller apply to the API server's objects;
@@ -15,3 +16,4 @@
 pub mod clusters;
 pub mod files;
 pub mod manifest;
+pub mod request;

@@ -7,9 +7,8 @@ use nicpolicy_plugin::{Inventory, Request};
 use serde::Serialize;
 use serde_json::Value;
 
-use nicpolicy_inputs::manifest::{
-    build_request, mark_control_plane, ManifestError, ManifestFile, Object,
-};
+use nicpolicy_inputs::manifest::{mark_control_plane, ManifestError, ManifestFile, Object};
+use nicpolicy_inputs::request::build_request;
 
 /// The kinds the page evaluates.
 const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];

@@ -9,10 +9,10 @@ use serde::Serialize;
 
 use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
-use crate::chain::{ChainEvaluation, PolicyChain};
 use crate::clusters::ClusterGroup;
-use crate::lifecycle::judge;
 use crate::vcd::Drift;
+use nicpolicy_engine::chain::{ChainEvaluation, PolicyChain};
+use nicpolicy_engine::lifecycle::judge;
 
 /// What a machine came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -260,9 +260,9 @@ mod tests {
     use nicpolicy_plugin::{testing, Reason};
 
     use super::*;
-    use crate::mode::AUDIT_PREFIX;
     use crate::served::{ServeConfig, Served};
     use crate::{Host, HostConfig};
+    use nicpolicy_engine::mode::AUDIT_PREFIX;
 
     #[test]
     fn warn_mode_violations_are_reported_and_marked() {

@@ -11,10 +11,10 @@ use nicpolicy_plugin::{Inventory, Request, Role};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cases::{self, CaseError};
 use crate::clusters::{
     as_capvcd_reads, cluster_name_of, namespace_of, ClusterGroup, Owner, StaticClusters,
 };
+use nicpolicy_engine::cases::{self, CaseError};
 use nicpolicy_inputs::manifest::{
     ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS,
 };

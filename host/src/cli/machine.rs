@@ -87,7 +87,7 @@ impl MachineArgs {
                 .next()
                 .map(|_| self.machine.as_path()),
         };
-        let request = manifest::RequestFiles {
+        let request = nicpolicy::request::RequestFiles {
             cluster,
             machine: Some(&self.machine),
             machine_name: self.machine_name.as_deref(),

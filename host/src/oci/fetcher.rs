@@ -1,4 +1,4 @@
-//! `oci://` sources for a [`ChainLoader`](crate::spec::ChainLoader): modules pulled from a
+//! `oci://` sources for a [`ChainLoader`](nicpolicy_engine::spec::ChainLoader): modules pulled from a
 //! registry, or read from the store beside the compiled-module cache.
 
 use std::path::PathBuf;
@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::store::Fetched;
 use super::RegistryOptions;
-use crate::error::LoadError;
-use crate::fetch::ModuleFetcher;
-use crate::spec::PolicySource;
+use nicpolicy_engine::error::LoadError;
+use nicpolicy_engine::fetch::ModuleFetcher;
+use nicpolicy_engine::spec::PolicySource;
 
 /// What marks a registry reference where a file path could stand (`oci://host/repo@sha256:...`).
 pub const SCHEME: &str = "oci://";

@@ -30,7 +30,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
-use crate::inspect::ModuleInfo;
+use nicpolicy_engine::inspect::ModuleInfo;
 
 /// Kubewarden's config media type (written on push, read on pull).
 pub const KUBEWARDEN_CONFIG: &str = "application/vnd.wasm.config.v1+json";
@@ -345,7 +345,7 @@ pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, 
     })
 }
 
-/// Pushes `module` (checked by `info`, from [`crate::inspect::inspect`]) to `reference` in
+/// Pushes `module` (checked by `info`, from [`nicpolicy_engine::inspect::inspect`]) to `reference` in
 /// Kubewarden's layout; returns the immutable reference of the manifest written.
 ///
 /// # Errors

@@ -121,14 +121,16 @@ impl TrustedKey {
 }
 
 /// The `which` (public or private) key file at `path`, read to at most
-/// [`MAX_KEY_BYTES`](crate::limits::MAX_KEY_BYTES).
+/// [`MAX_KEY_BYTES`](nicpolicy_engine::limits::MAX_KEY_BYTES).
 fn read_key_file(path: &Path, which: &str) -> Result<Vec<u8>, OciError> {
-    nicpolicy_inputs::files::read_at_most(path, crate::limits::MAX_KEY_BYTES).map_err(|err| {
-        OciError::Config(format!(
-            "{}: cannot read the {which} key: {err}",
-            path.display()
-        ))
-    })
+    nicpolicy_inputs::files::read_at_most(path, nicpolicy_engine::limits::MAX_KEY_BYTES).map_err(
+        |err| {
+            OciError::Config(format!(
+                "{}: cannot read the {which} key: {err}",
+                path.display()
+            ))
+        },
+    )
 }
 
 /// Which keys must have signed the modules of which repositories: the `verification:` section

@@ -101,7 +101,7 @@ impl Store {
         let entry: Entry = serde_json::from_slice(&text).ok()?;
         let bytes = nicpolicy_inputs::files::read_at_most(
             &self.blob_path(&entry.layer),
-            crate::limits::MAX_MODULE_BYTES as u64,
+            nicpolicy_engine::limits::MAX_MODULE_BYTES as u64,
         )
         .ok()?;
         (entry.reference == reference && digest_of(&bytes) == entry.layer).then_some((entry, bytes))

@@ -18,10 +18,10 @@ use std::time::Duration;
 use nicpolicy_plugin::{Inventory, ObjectKind};
 use sha2::{Digest, Sha256};
 
-use crate::error::LoadError;
-use crate::spec::PolicySpec;
 use crate::{Host, PolicyChain};
 pub use config::{ConfigError, FailureMode, ServeConfig, UnavailableAtStart, UnknownClusterMode};
+use nicpolicy_engine::error::LoadError;
+use nicpolicy_engine::spec::PolicySpec;
 use nicpolicy_inputs::manifest::{self, ManifestError};
 
 /// Why a configuration's policies could not be made ready.

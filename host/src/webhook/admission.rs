@@ -244,7 +244,7 @@ pub(super) fn finish(
     served: &Served,
 ) -> Answer {
     let body = encode(response);
-    crate::stages::mark(crate::stages::Stage::ResponseEncode);
+    nicpolicy_engine::stages::mark(nicpolicy_engine::stages::Stage::ResponseEncode);
     Answer {
         http_status: 200,
         body,

@@ -14,7 +14,7 @@
 //!   `inline` decides whether a review is evaluated on the async worker or a blocking thread.
 //! - [`tls`]: certificate files and their rotation, self-signed certificates.
 //! - [`metrics`]: Prometheus metrics.
-//! - `warned`: the warnings, metrics and logs of warn-mode policies ([`crate::mode`]).
+//! - `warned`: the warnings, metrics and logs of warn-mode policies ([`nicpolicy_engine::mode`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -21,7 +21,7 @@ use super::review::{Endpoint, Job, Reviewer};
 use crate::clusters::{as_capvcd_reads, cluster_name_of, LookupError, Owner};
 use crate::served::config::{FailureMode, UnknownClusterMode};
 use crate::served::Served;
-use crate::stages::{self, Stage};
+use nicpolicy_engine::stages::{self, Stage};
 
 /// Cluster API's annotation that pauses one object's reconciliation (`annotations.IsPaused`).
 const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";

@@ -12,8 +12,8 @@ use kube::core::DynamicObject;
 use nicpolicy_plugin::lifecycle as lifecycle_rules;
 use nicpolicy_plugin::{Decision, ObjectKind, Request};
 
-use crate::lifecycle;
-use crate::stages::{self, Stage};
+use nicpolicy_engine::lifecycle;
+use nicpolicy_engine::stages::{self, Stage};
 use serde_json::Value;
 
 use super::admission::{

@@ -1,13 +1,13 @@
 //! Where a served review's time goes, for benchmarks: with `nicpolicy serve --bench-stages`
 //! the server times the stages of every review it answers on an async worker (the stage clock
-//! of [`crate::stages`]) and shows them at `/bench/stages`, so a load test can hold them
+//! of [`nicpolicy_engine::stages`]) and shows them at `/bench/stages`, so a load test can hold them
 //! against the CPU the whole server spends per review, in the same run.
 
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use crate::stages::{Spent, Stage};
+use nicpolicy_engine::stages::{Spent, Stage};
 
 /// Reviews kept at most between two reads: a 20-second load run at 20,000 reviews/s fits, and
 /// memory stays bounded (about 320 bytes a review, so at most about 170 MB).
@@ -66,7 +66,7 @@ impl StageLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages;
+    use nicpolicy_engine::stages;
     use std::time::Duration;
 
     #[test]

@@ -1,12 +1,12 @@
-//! What the webhook says about a chain's warn-mode policies ([`crate::mode`]): their violations
+//! What the webhook says about a chain's warn-mode policies ([`nicpolicy_engine::mode`]): their violations
 //! and failures as admission warnings on the validating endpoint, the changes they would have
 //! made on the mutating one, with a metric and a log line for each would-be denial.
 
 use nicpolicy_plugin::ObjectKind;
 
 use super::metrics::{Metrics, WarnedLabels};
-use crate::chain::ChainEvaluation;
-use crate::mode::Mode;
+use nicpolicy_engine::chain::ChainEvaluation;
+use nicpolicy_engine::mode::Mode;
 
 /// Counts and logs the warn-mode policies that failed on `machine`: they denied nothing, and
 /// the policies after them ran.

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{FailureMode, UnavailableAtStart, UnknownClusterMode};
-use crate::mode::Mode;
+use nicpolicy_engine::mode::Mode;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -33,8 +33,8 @@ use nicpolicy_plugin::provisioner::{OnUnapplied, Provisioner};
 use nicpolicy_plugin::ObjectKind;
 use serde::Deserialize;
 
-use crate::limits::{self, CompileBounds, Limits};
-use crate::spec::{PolicySource, PolicySpec, SettingsSource};
+use nicpolicy_engine::limits::{self, CompileBounds, Limits};
+use nicpolicy_engine::spec::{PolicySource, PolicySpec, SettingsSource};
 use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
 
 /// Port kube-apiserver reaches Cluster API webhooks on.
@@ -127,7 +127,7 @@ impl Default for CompileConfig {
     fn default() -> Self {
         CompileConfig {
             timeout: crate::HostConfig::DEFAULT_COMPILE_TIMEOUT,
-            memory_bytes: crate::compiler::CompilerProcess::DEFAULT_MEMORY_BYTES,
+            memory_bytes: nicpolicy_engine::compiler::CompilerProcess::DEFAULT_MEMORY_BYTES,
             bounds: CompileBounds::default(),
         }
     }
@@ -199,7 +199,7 @@ pub enum ClusterSourceConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
     /// The module, its settings (inline or `settingsFile`), digest pin, limits and mode
-    /// (whether its violations deny or only warn, see [`crate::mode`]).
+    /// (whether its violations deny or only warn, see [`nicpolicy_engine::mode`]).
     pub spec: PolicySpec,
     /// Where the entry sits in the file, like `policies.VCDMachine[0]`.
     pub field: String,
@@ -380,7 +380,7 @@ impl ServeConfig {
                 limits: Limits::default()
                     .with_timeout(DEFAULTS.policy_timeout)
                     .with_max_input_bytes(DEFAULTS.max_request_bytes),
-                mode: crate::mode::Mode::Enforce,
+                mode: nicpolicy_engine::mode::Mode::Enforce,
             },
             field: format!("policies.{}[0]", kind.as_str()),
         };
@@ -746,7 +746,7 @@ impl Reader<'_> {
                         let field = format!("{at}.keys[{j}]");
                         let pem = nicpolicy_inputs::files::read_at_most(
                             &path,
-                            crate::limits::MAX_KEY_BYTES,
+                            nicpolicy_engine::limits::MAX_KEY_BYTES,
                         )
                         .map_err(|err| self.error(&field, format!("{}: {err}", path.display())))?;
                         #[cfg(feature = "oci")]
@@ -1076,7 +1076,7 @@ fn is_zero_duration(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mode::Mode;
+    use nicpolicy_engine::mode::Mode;
     use nicpolicy_plugin::provisioner::PlanField;
 
     fn parse(text: &str) -> Result<ServeConfig, ConfigError> {

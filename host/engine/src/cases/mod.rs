@@ -16,7 +16,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{EvalError, LoadError};
 use crate::policy::{Evaluation, Policy};
-use nicpolicy_inputs::manifest::{build_request, ManifestError, ManifestFile};
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
+use nicpolicy_inputs::request::build_request;
 
 pub use suite::{run, CaseReport, Report};
 

@@ -145,7 +145,9 @@ impl Budget {
         self.overran.get()
     }
 
-    pub(crate) fn cut(&self) {
+    /// Marks an evaluation under this budget as cut. The engine does when an evaluation
+    /// overruns; public so that what reacts to a cut (the webhook's inline gate) can be tested.
+    pub fn cut(&self) {
         self.overran.set(true);
     }
 }

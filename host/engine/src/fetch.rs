@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use nicpolicy::{fetch::ModuleFetcher, Host, HostConfig, LoadError, PolicySource, PolicySpec};
+//! use nicpolicy_engine::{fetch::ModuleFetcher, Host, HostConfig, LoadError, PolicySource, PolicySpec};
 //!
 //! /// Modules kept in memory by name, as a ConfigMap or a test would hold them.
 //! struct Named(Vec<(&'static str, Arc<[u8]>)>);
@@ -28,7 +28,7 @@
 //!
 //! # fn main() -> anyhow::Result<()> {
 //! let host = Host::new(HostConfig::default())?;
-//! let mut loader = nicpolicy::ChainLoader::new(&host).with_fetcher(Arc::new(Named(vec![])));
+//! let mut loader = nicpolicy_engine::ChainLoader::new(&host).with_fetcher(Arc::new(Named(vec![])));
 //! let spec = PolicySpec::new(PolicySource::parse("configmap:dmz-guard.wasm")?);
 //! // No such key: the loader says which entry and why.
 //! assert!(loader.load(&[spec]).is_err());

@@ -6,7 +6,7 @@
 //! [`ModuleFetcher`]s a loader is given ([`ChainLoader::with_fetcher`]).
 //!
 //! ```no_run
-//! use nicpolicy::{Host, HostConfig, Limits, PolicySource, PolicySpec};
+//! use nicpolicy_engine::{Host, HostConfig, Limits, PolicySource, PolicySpec};
 //! use std::time::Duration;
 //!
 //! # fn main() -> anyhow::Result<()> {
