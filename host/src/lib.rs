@@ -62,14 +62,14 @@
 //!   Kubewarden's policy-server applies before it runs one.
 //!
 //! - [`clusters`]: finding a machine's VCDCluster as Cluster API does, in manifest files
-//!   ([`clusters::StaticClusters`]) or, with feature `webhook`, in watch-fed caches of the API
+//!   ([`clusters::StaticClusters`]) or, with feature `kubernetes`, in watch-fed caches of the API
 //!   server ([`clusters::live::KubeClusters`]).
-//! - `guard` (feature `webhook`): whether the VCDMachine and VCDMachineTemplate CRDs serve a
+//! - `guard` (feature `kubernetes`): whether the VCDMachine and VCDMachineTemplate CRDs serve a
 //!   version the webhook configurations name, watched by the webhook and the controller.
 //! - [`served`]: the served policy set of `serve`, `controller` and `review`: the configuration
 //!   file, the snapshot of policies and inventory it loads, its hot reload.
 //! - [`audit`]: every machine of a set of manifests evaluated against its own cluster, with a
-//!   candidate chain beside (shadow mode); with feature `webhook`, of a live cluster too
+//!   candidate chain beside (shadow mode); with feature `kubernetes`, of a live cluster too
 //!   (`audit::live`), and [`controller`], the continuous `nicpolicy controller`.
 //!
 //! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
@@ -78,7 +78,8 @@
 //!
 //! - `builtin` (default): the policies under `policies/`, built to wasm32 by `build.rs` and
 //!   embedded (`builtin`, `builtin:NAME` sources). Off, nothing is built inside your build.
-//! - `webhook` (default): the admission webhook of `nicpolicy serve` (`webhook`): axum, kube,
+//! - `kubernetes` (default): what talks to the Kubernetes API or serves it: the admission
+//!   webhook of `nicpolicy serve` ([`webhook`]), the controller, live cluster lookups: axum, kube,
 //!   rustls, tokio.
 //! - `playground` (default): the page of `nicpolicy playground` ([`playground`]), built by
 //!   `build.rs` (the policies' JS builds and the manifest reader of `host/playground`) and
@@ -96,21 +97,21 @@ pub mod audit;
 #[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod clusters;
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod controller;
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod guard;
 pub mod network_config;
 #[cfg(feature = "oci")]
 pub mod oci;
 #[cfg(feature = "playground")]
 pub mod playground;
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod probes;
 pub mod served;
 pub mod sources;
 pub mod vcd;
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod webhook;
 
 // The engine's modules, under this crate's name as before they were a crate of their own.

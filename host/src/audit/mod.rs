@@ -15,7 +15,7 @@
 pub mod findings;
 pub mod inputs;
 // The live reader is the one part of the audit that talks to the Kubernetes API.
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod live;
 pub mod shadow;
 pub mod summary;

@@ -3,9 +3,9 @@
 //! playground); the API server's source, [`live::KubeClusters`], is here beside the webhook and
 //! the controller that need it.
 
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod live;
-#[cfg(feature = "webhook")]
+#[cfg(feature = "kubernetes")]
 pub mod versions;
 
 pub use nicpolicy_inputs::clusters::*;
