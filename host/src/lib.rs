@@ -102,8 +102,6 @@ pub mod controller;
 #[cfg(feature = "kubernetes")]
 pub mod guard;
 pub mod network_config;
-#[cfg(feature = "oci")]
-pub mod oci;
 #[cfg(feature = "playground")]
 pub mod playground;
 #[cfg(feature = "kubernetes")]
@@ -127,4 +125,7 @@ pub use nicpolicy_engine::{
 pub use nicpolicy_inputs::manifest::ManifestError;
 pub use nicpolicy_inputs::request::RequestFiles;
 pub use nicpolicy_inputs::{files, manifest, request};
+/// Policies in OCI registries: the `nicpolicy-oci` crate (feature `oci`).
+#[cfg(feature = "oci")]
+pub use nicpolicy_oci as oci;
 pub use nicpolicy_plugin as plugin;

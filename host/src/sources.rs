@@ -1,6 +1,6 @@
 //! The module sources this build of nicpolicy reads, and the loader that reads them all: files
 //! and bytes (the loader's own), `builtin:NAME` ([`crate::builtin::Builtins`], feature
-//! `builtin`) and `oci://REFERENCE` ([`crate::oci::fetcher::OciFetcher`], feature `oci`). The
+//! `builtin`) and `oci://REFERENCE` ([`nicpolicy_oci::fetcher::OciFetcher`], feature `oci`). The
 //! CLI, the served configuration and the controller load through [`Sources::loader`].
 //!
 //! ```no_run
@@ -71,7 +71,7 @@ pub fn builtin(name: &str) -> Result<PolicySource, LoadError> {
 /// without the `oci` feature).
 pub fn oci(reference: &str) -> Result<PolicySource, LoadError> {
     #[cfg(feature = "oci")]
-    return crate::oci::fetcher::source(reference);
+    return nicpolicy_oci::fetcher::source(reference);
     #[cfg(not(feature = "oci"))]
     return Err(LoadError::Registry(format!(
         "{}: this build of nicpolicy has no OCI registry support (feature oci)",
@@ -84,7 +84,7 @@ pub fn oci(reference: &str) -> Result<PolicySource, LoadError> {
 #[derive(Clone)]
 pub struct Sources {
     #[cfg(feature = "oci")]
-    oci: Arc<crate::oci::fetcher::OciFetcher>,
+    oci: Arc<nicpolicy_oci::fetcher::OciFetcher>,
     fetchers: Vec<Arc<dyn ModuleFetcher>>,
 }
 
@@ -93,8 +93,8 @@ impl Sources {
     /// stored under `host`'s cache directory.
     pub fn new(host: &Host) -> Sources {
         #[cfg(feature = "oci")]
-        return Sources::with_oci(crate::oci::fetcher::OciFetcher::new(
-            crate::oci::RegistryOptions::default(),
+        return Sources::with_oci(nicpolicy_oci::fetcher::OciFetcher::new(
+            nicpolicy_oci::RegistryOptions::default(),
             host.config().cache_dir.clone(),
         ));
         #[cfg(not(feature = "oci"))]
@@ -115,7 +115,7 @@ impl Sources {
     }
 
     #[cfg(feature = "oci")]
-    fn with_oci(oci: crate::oci::fetcher::OciFetcher) -> Sources {
+    fn with_oci(oci: nicpolicy_oci::fetcher::OciFetcher) -> Sources {
         let oci = Arc::new(oci);
         let mut fetchers = Sources::local();
         fetchers.push(oci.clone());
@@ -125,8 +125,8 @@ impl Sources {
     /// These sources reaching registries with `options` (modules stored under `host`'s cache
     /// directory).
     #[cfg(feature = "oci")]
-    pub fn with_registry(host: &Host, options: crate::oci::RegistryOptions) -> Sources {
-        Sources::with_oci(crate::oci::fetcher::OciFetcher::new(
+    pub fn with_registry(host: &Host, options: nicpolicy_oci::RegistryOptions) -> Sources {
+        Sources::with_oci(nicpolicy_oci::fetcher::OciFetcher::new(
             options,
             host.config().cache_dir.clone(),
         ))
@@ -144,7 +144,7 @@ impl Sources {
     /// Each `oci://` reference fetched so far, with the immutable reference it resolved to and
     /// how it was got, for callers that tell their user.
     #[cfg(feature = "oci")]
-    pub fn fetched(&self) -> Vec<crate::oci::fetcher::FetchRecord> {
+    pub fn fetched(&self) -> Vec<nicpolicy_oci::fetcher::FetchRecord> {
         self.oci.records()
     }
 }

@@ -120,6 +120,7 @@ fn no_crate_has_an_import_circle() {
         ("nicpolicy (host/src)", library()),
         ("nicpolicy-engine", crate_sources("engine")),
         ("nicpolicy-inputs", crate_sources("inputs")),
+        ("nicpolicy-oci", crate_sources("oci")),
         ("nicpolicy-plugin", crate_sources("../plugin")),
     ] {
         assert!(sources.len() > 2, "{name}: read its sources");
@@ -384,6 +385,16 @@ fn the_engine_links_no_registry_client_no_http_and_no_kubernetes_client() {
             "oci-client",
             "sigstore",
         ],
+    );
+}
+
+#[test]
+fn the_registry_crate_links_no_kubernetes_client_and_no_server() {
+    // Pulling a module needs an HTTP client, never the webhook's server stack or kube.
+    assert_links_none_of(
+        "nicpolicy-oci",
+        "oci-client",
+        &["kube", "kube-client", "kube-runtime", "axum", "axum-server"],
     );
 }
 

@@ -300,23 +300,23 @@ pub struct VerificationRuleConfig {
 #[cfg(feature = "oci")]
 impl RegistryConfig {
     /// The registry client's options.
-    pub fn options(&self) -> crate::oci::RegistryOptions {
-        crate::oci::RegistryOptions {
+    pub fn options(&self) -> nicpolicy_oci::RegistryOptions {
+        nicpolicy_oci::RegistryOptions {
             plain_http: self.plain_http,
             docker_config: self.config.clone(),
             ca_files: self.ca_files.clone(),
             registry_ca_files: self.registry_ca_files.clone(),
-            verification: crate::oci::signature::Verification {
+            verification: nicpolicy_oci::signature::Verification {
                 rules: self
                     .verification
                     .iter()
-                    .map(|rule| crate::oci::signature::VerificationRule {
+                    .map(|rule| nicpolicy_oci::signature::VerificationRule {
                         references: rule.references.clone(),
                         keys: rule
                             .keys
                             .iter()
                             .map(|(path, pem)| {
-                                crate::oci::signature::TrustedKey::unchecked(
+                                nicpolicy_oci::signature::TrustedKey::unchecked(
                                     path.display().to_string(),
                                     pem.clone(),
                                 )
@@ -726,7 +726,7 @@ impl Reader<'_> {
                 }
                 for (j, pattern) in rule.references.iter().enumerate() {
                     #[cfg(feature = "oci")]
-                    crate::oci::signature::check_pattern(pattern)
+                    nicpolicy_oci::signature::check_pattern(pattern)
                         .map_err(|why| self.error(&format!("{at}.references[{j}]"), why))?;
                     #[cfg(not(feature = "oci"))]
                     let _ = (j, pattern);
@@ -750,7 +750,7 @@ impl Reader<'_> {
                         )
                         .map_err(|err| self.error(&field, format!("{}: {err}", path.display())))?;
                         #[cfg(feature = "oci")]
-                        crate::oci::signature::TrustedKey::from_pem(
+                        nicpolicy_oci::signature::TrustedKey::from_pem(
                             path.display().to_string(),
                             pem.clone(),
                         )

@@ -66,7 +66,7 @@ pub struct OciFetcher {
 
 impl OciFetcher {
     /// A fetcher reaching registries with `options`, storing under `cache_dir` (the host's
-    /// [`cache_dir`](crate::HostConfig::cache_dir)).
+    /// [`cache_dir`](nicpolicy_engine::HostConfig::cache_dir)).
     pub fn new(options: RegistryOptions, cache_dir: Option<PathBuf>) -> OciFetcher {
         OciFetcher {
             options,
