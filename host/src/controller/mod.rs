@@ -21,7 +21,10 @@ pub mod lease;
 pub mod metrics;
 pub mod report;
 pub mod retry;
+mod state;
 mod worker;
+
+pub use state::Options;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -31,54 +34,20 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::ApiResource;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::{watcher, WatchStreamExt};
-use nicpolicy_plugin::ObjectKind;
 use tokio::sync::{watch, Notify};
 
-use crate::audit::{live, Chains};
+use crate::audit::live;
 use crate::served::config::{ClusterSourceConfig, ServeConfig};
 use crate::served::ServeLoadError;
 use crate::served::{Served, ServedPolicies};
-use crate::{Host, PolicyChain};
+use crate::Host;
 
-use self::lease::{Leadership, LeaseConfig};
+use self::lease::Leadership;
 use self::metrics::Metrics;
-use self::report::{Bounds, Format};
+use self::state::{Shared, Watched};
 use self::worker::Worker;
-
-/// Field manager of the reports written.
-const MANAGER: &str = "nicpolicy-controller";
-
-/// How the controller runs.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The chains in force: the `nicpolicy serve` configuration.
-    pub config: ServeConfig,
-    /// The candidate chains (shadow mode): another configuration of the same format, whose
-    /// `policies` are evaluated beside the ones in force.
-    pub candidate: Option<ServeConfig>,
-    /// Only these namespaces; every namespace when empty.
-    pub namespaces: Vec<String>,
-    /// Every namespace is evaluated again this often.
-    pub resync: Duration,
-    /// Changes are gathered this long before a namespace is evaluated.
-    pub debounce: Duration,
-    /// Size bound of each report.
-    pub bounds: Bounds,
-    /// The kind of report written; the other kind's reports (of a run before a switch) are
-    /// removed.
-    pub format: Format,
-    /// Events per minute on average (0: no Events).
-    pub events_per_minute: u32,
-    /// Events at once.
-    pub events_burst: u32,
-    /// Leader election; `None` for a single replica.
-    pub lease: Option<LeaseConfig>,
-    /// Address of `/metrics`, `/healthz` and `/readyz`.
-    pub listen: SocketAddr,
-}
 
 /// Why the controller could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -105,81 +74,6 @@ pub enum ControllerError {
     /// The versions to watch could not be found.
     #[error("{0}")]
     Versions(#[from] crate::clusters::versions::VersionError),
-}
-
-/// The served chains of a snapshot, by kind.
-struct ServedChains<'a>(&'a Served);
-
-impl Chains for ServedChains<'_> {
-    fn chain(&self, kind: ObjectKind) -> Option<&PolicyChain> {
-        self.0.chains.get(&kind)
-    }
-}
-
-/// State shared by the watches, the worker and the HTTP handlers.
-struct Shared {
-    queue: Mutex<BTreeSet<String>>,
-    wake: Notify,
-    synced: AtomicUsize,
-    watches: AtomicUsize,
-    /// Watches whose last [`WATCH_FAILURES_UNREADY`] attempts all failed.
-    failing: AtomicUsize,
-    /// The API server did not answer the last [`PROBE_FAILURES_UNREADY`] probes: the watches
-    /// may be hanging without an error ([`probe_api_server`]).
-    unreachable: AtomicBool,
-    leading: Arc<Leadership>,
-    metrics: Metrics,
-    namespaces: Vec<String>,
-}
-
-impl Shared {
-    fn enqueue(&self, namespace: &str) {
-        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == namespace) {
-            return;
-        }
-        let depth = {
-            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.insert(namespace.to_string());
-            queue.len()
-        };
-        self.metrics
-            .queue_depth
-            .set(i64::try_from(depth).unwrap_or(i64::MAX));
-        self.wake.notify_one();
-    }
-
-    fn take(&self) -> BTreeSet<String> {
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.metrics.queue_depth.set(0);
-        std::mem::take(&mut queue)
-    }
-
-    /// Every cache synced, and no watch failing again and again: with a watch that cannot
-    /// reach the API server, new clusters would be unknown, so `/readyz` says so.
-    fn ready(&self) -> bool {
-        self.synced.load(Ordering::Acquire) >= self.watches.load(Ordering::Acquire)
-            && self.failing.load(Ordering::Acquire) == 0
-            && !self.unreachable.load(Ordering::Acquire)
-    }
-}
-
-/// Runs one write while this replica leads: cut when its Lease would lapse, so a write does
-/// not wait on a stalled API server past the point where another replica may lead (a request
-/// already sent may still be applied; the next leader's write replaces it).
-async fn while_leading<T, E: std::fmt::Display>(
-    leading: &Leadership,
-    write: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    let Some(left) = leading.remaining() else {
-        return write.await.map_err(|err| err.to_string());
-    };
-    match tokio::time::timeout(left, write).await {
-        Ok(result) => result.map_err(|err| err.to_string()),
-        Err(_) => Err(format!(
-            "not finished within the {} ms this replica still led",
-            left.as_millis()
-        )),
-    }
 }
 
 /// Probes the API server every [`PROBE_INTERVAL`] with the smallest list of a watched kind,
@@ -234,12 +128,6 @@ const PROBE_FAILURES_UNREADY: u32 = 2;
 /// Failed attempts in a row after which a watch makes the controller not ready (the watcher
 /// backs off 0.8 s doubling between them, so about 6 s of an API server that cannot be reached).
 const WATCH_FAILURES_UNREADY: u32 = 3;
-
-/// One watched resource and its cache.
-struct Watched {
-    resource: ApiResource,
-    store: Store<DynamicObject>,
-}
 
 /// Loads the configurations, starts the watches and runs until `shutdown` resolves.
 ///

@@ -19,7 +19,7 @@ use super::events::{self, EventGate};
 use super::metrics::{self, Metrics};
 use super::report;
 use super::retry::Retries;
-use super::{while_leading, Options, ServedChains, Shared, Watched, MANAGER};
+use super::state::{while_leading, Options, ServedChains, Shared, Watched, MANAGER};
 
 /// The evaluation loop and what it remembers between passes.
 pub(super) struct Worker {
