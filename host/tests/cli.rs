@@ -1,7 +1,11 @@
 //! The `nicpolicy` binary, run as a user runs it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::assert_exit_saying;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -44,12 +48,9 @@ fn stderr(output: &Output) -> String {
 /// Runs `nicpolicy ARGS`, expecting bad usage (exit code 2) with `expected` in its error.
 fn refused(args: &[&str], expected: &str) {
     let out = nicpolicy(args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-    assert!(
-        stderr(&out).contains(expected),
-        "{args:?}: {}",
-        stderr(&out)
-    );
+    // Shown with the failure: which command line it was.
+    eprintln!("nicpolicy {args:?}");
+    assert_exit_saying(&out, 2, &[expected]);
 }
 
 fn scratch(name: &str, bytes: &[u8]) -> String {
@@ -73,7 +74,7 @@ const EXAMPLE: [&str; 7] = [
 #[test]
 fn eval_prints_the_nic_plan_of_the_example() {
     let out = nicpolicy(&EXAMPLE);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let text = stdout(&out);
     assert!(text.contains("Decision:  allowed"), "{text}");
     let rows: Vec<&str> = text.lines().filter(|l| l.contains("VMXNET3")).collect();
@@ -93,7 +94,7 @@ fn eval_json_output_is_the_decision() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--settings", "examples/settings.yaml", "-o", "json"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(decision["nics"][1]["network"], "storage-net");
     assert_eq!(decision["nics"][1]["ipAllocationMode"], "DHCP");
@@ -106,7 +107,7 @@ fn eval_says_which_plan_fields_capvcd_will_not_apply() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--settings", "examples/settings.yaml"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let text = stdout(&out);
     let row = text
         .lines()
@@ -137,7 +138,7 @@ fn eval_says_which_plan_fields_capvcd_will_not_apply() {
     let mut deny = json.clone();
     deny.extend(["--on-unapplied", "deny"]);
     let out = nicpolicy(&deny);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_exit_saying(&out, 1, &[]);
     let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         decision["violations"][0]["field"],
@@ -163,12 +164,7 @@ fn eval_says_which_plan_fields_capvcd_will_not_apply() {
     assert!(!stdout(&out).contains("not built as planned"));
 
     let bad = nicpolicy(&[&args[..], &["--provisioner-applies", "macAddress"]].concat());
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(
-        stderr(&bad).contains("\"macAddress\" is not a plan field"),
-        "{}",
-        stderr(&bad)
-    );
+    assert_exit_saying(&bad, 2, &["\"macAddress\" is not a plan field"]);
 }
 
 #[test]
@@ -182,7 +178,7 @@ fn invalid_machine_is_denied_with_each_field_named() {
         "--inventory",
         "examples/inventory.yaml",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_exit_saying(&out, 1, &[]);
     let text = stdout(&out);
     for field in [
         "spec.extraOvdcNetworks[2] (Duplicate)",
@@ -209,7 +205,7 @@ fn update_of_provisioned_machine_with_new_network_is_denied() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--old", &old]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_exit_saying(&out, 1, &[]);
     assert!(
         stdout(&out).contains("spec.extraOvdcNetworks (Forbidden)"),
         "{}",
@@ -224,7 +220,7 @@ fn malformed_yaml_names_file_and_line() {
         b"kind: VCDMachine\nspec:\n  extraOvdcNetworks: [storage-net\n",
     );
     let out = eval_machine(&bad);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let err = stderr(&out);
     assert!(
         err.contains(&format!("{bad}:")) && err.contains("error:"),
@@ -244,12 +240,7 @@ fn wrong_field_type_names_the_field() {
         b"apiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata: {name: prod-eu1-md-0}\nspec:\n  extraOvdcNetworks: storage-net\n",
     );
     let out = eval_machine(&bad);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("spec.extraOvdcNetworks"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_saying(&out, 2, &["spec.extraOvdcNetworks"]);
 }
 
 #[test]
@@ -261,17 +252,12 @@ fn missing_file_and_non_wasm_policy_are_usage_errors() {
         "--machine",
         "examples/machine.yaml",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("examples/nope.yaml"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_saying(&out, 2, &["examples/nope.yaml"]);
 
     let mut args = EXAMPLE.to_vec();
     args.extend(["--policy", "examples/cluster.yaml"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let err = stderr(&out);
     assert!(
         err.contains("examples/cluster.yaml") && err.contains("not a WebAssembly module"),
@@ -297,12 +283,7 @@ fn looping_policy_is_stopped_and_reported() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--policy", &policy, "--timeout", "100ms", "--no-cache"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("time limit of 100ms"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_saying(&out, 3, &["time limit of 100ms"]);
 }
 
 #[test]
@@ -311,7 +292,7 @@ fn pinned_sha256_mismatch_is_refused_with_both_digests() {
     let wrong = "ab".repeat(32);
     args.extend(["--sha256", &wrong]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let err = stderr(&out);
     assert!(
         err.contains(&wrong) && err.contains("the module is"),
@@ -322,7 +303,7 @@ fn pinned_sha256_mismatch_is_refused_with_both_digests() {
 #[test]
 fn inspect_shows_metadata_exports_and_digest() {
     let out = nicpolicy(&["inspect"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let text = stdout(&out);
     assert!(text.contains("Name:         nicpolicy-capvcd"), "{text}");
     assert!(
@@ -341,7 +322,7 @@ fn inspect_shows_metadata_exports_and_digest() {
     .expect("valid wat");
     let path = scratch("wasi.wasm", &wasi);
     let out = nicpolicy(&["inspect", &path, "-o", "json"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         info["imports"][0]["name"],
@@ -358,7 +339,7 @@ fn inspect_shows_metadata_exports_and_digest() {
 fn test_command_runs_the_capvcd_cases() {
     let out = nicpolicy(&["test", "tests/cases/capvcd"]);
     let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_exit_saying(&out, 0, &[]);
     let last = text.lines().last().unwrap_or_default();
     assert!(last.ends_with("passed, 0 failed"), "{last}");
 }
@@ -375,7 +356,7 @@ fn test_command_reports_a_failing_case() {
     );
     let out = nicpolicy(&["test", &case]);
     let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_exit_saying(&out, 1, &[]);
     assert!(
         text.contains("nics[0].network: expected \"storage-net\", got \"mgmt-net\""),
         "{text}"
@@ -408,7 +389,7 @@ fn eval_chains_policies_each_with_its_settings() {
         "json",
     ]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_exit_saying(&out, 1, &[]);
     let decision: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     // nic-limit (maxNics 2) denies the example's three NICs; its violation keeps its field.
     assert_eq!(decision["allowed"], false);
@@ -440,7 +421,7 @@ fn policy_options_are_checked() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--policy", "builtin:storage-only"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     assert!(
         stderr(&out).contains("no built-in policy named `storage-only`; built-in policies: ")
             && stderr(&out).contains("capvcd"),
@@ -459,12 +440,7 @@ fn policy_options_are_checked() {
         "examples/settings.yaml",
     ]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("two --settings for builtin:capvcd"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_saying(&out, 2, &["two --settings for builtin:capvcd"]);
 
     let out = nicpolicy(&[
         "test",
@@ -472,11 +448,10 @@ fn policy_options_are_checked() {
         "examples/settings.yaml",
         "tests/cases/capvcd",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("each case file sets the first policy's settings"),
-        "{}",
-        stderr(&out)
+    assert_exit_saying(
+        &out,
+        2,
+        &["each case file sets the first policy's settings"],
     );
 }
 
@@ -495,7 +470,7 @@ fn test_command_gives_case_settings_to_the_first_policy_of_a_chain() {
         "tests/cases/nic-limit/17-settings-rejected-unknown-key.yaml",
     ]);
     let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     assert!(
         text.starts_with("running 2 cases against nic-limit -> nicpolicy-capvcd"),
         "{text}"
@@ -530,7 +505,7 @@ fn test_command_writes_a_junit_report() {
         &dir.display().to_string(),
     ]);
     let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert_exit_saying(&out, 1, &[]);
     assert!(text.trim_end().ends_with("1 passed, 2 failed"), "{text}");
 
     let xml = std::fs::read_to_string(&report).expect("report written");
@@ -594,7 +569,7 @@ fn review_answers_an_admission_review_from_a_file() {
         "--inventory",
         "examples/inventory.yaml",
     ]);
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_exit_saying(&output, 1, &[]);
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
     assert_eq!(response["kind"], "AdmissionReview");
     assert_eq!(response["response"]["allowed"], false);
@@ -624,12 +599,7 @@ fn review_answers_an_admission_review_from_a_file() {
         "--endpoint",
         "mutate",
     ]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("/metadata/annotations"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit_saying(&output, 0, &["/metadata/annotations"]);
 }
 
 #[test]
@@ -648,7 +618,7 @@ fn review_honours_warn_mode_from_the_config() {
         "examples/cluster.yaml",
     ]);
     // Admitted: exit code 0, the would-be denials among the warnings.
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_exit_saying(&output, 0, &[]);
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
     assert_eq!(response["response"]["allowed"], true);
     let warnings = response["response"]["warnings"].to_string();
@@ -667,12 +637,7 @@ fn review_refuses_bad_input_clearly() {
         "--request",
         "tests/fixtures/admission/vcdmachine-create-worker.json",
     ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("--clusters"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit_saying(&output, 2, &["--clusters"]);
 
     let config = scratch(
         "bad-serve-config.yaml",
@@ -687,20 +652,10 @@ fn review_refuses_bad_input_clearly() {
         "--request",
         "tests/fixtures/admission/vcdmachine-create-worker.json",
     ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("policies.VCDMachine[0].timeout"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit_saying(&output, 2, &["policies.VCDMachine[0].timeout"]);
 
     let output = nicpolicy(&["serve", "--clusters", "examples/cluster.yaml"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("--tls-self-signed"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit_saying(&output, 2, &["--tls-self-signed"]);
 }
 
 #[test]
@@ -709,7 +664,7 @@ fn export_writes_the_builtin_module() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("role-based.wasm");
     let output = nicpolicy(&["export", "role-based", "-o", path.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_exit_saying(&output, 0, &[]);
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[..4], b"\0asm");
     let output = nicpolicy(&["inspect", path.to_str().unwrap()]);
@@ -719,8 +674,7 @@ fn export_writes_the_builtin_module() {
         stdout(&output)
     );
     let output = nicpolicy(&["export", "capvd"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("capvcd"), "{}", stderr(&output));
+    assert_exit_saying(&output, 2, &["capvcd"]);
 }
 
 #[test]
@@ -730,10 +684,10 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
     let path = dir.join("capvcd.kubewarden.wasm");
     let file = path.to_str().unwrap();
     let output = nicpolicy(&["export", "capvcd", "--format", "kubewarden", "-o", file]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_exit_saying(&output, 0, &[]);
     let output = nicpolicy(&["inspect", file]);
     let text = stdout(&output);
-    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    assert_exit_saying(&output, 0, &[]);
     assert!(
         text.contains("ABI:          Kubewarden waPC (protocol v1)"),
         "{text}"
@@ -751,12 +705,7 @@ fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
     let mut eval = EXAMPLE.to_vec();
     eval.extend(["--policy", file]);
     let output = nicpolicy(&eval);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("Kubewarden (waPC)"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit_saying(&output, 2, &["Kubewarden (waPC)"]);
 }
 
 /// `examples/machine.yaml` with its extra networks replaced by `extras` (YAML list items) and
@@ -803,7 +752,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
     };
     // The stored duplicate is a warning; the UPDATE is allowed.
     let out = eval(&relabelled, &old);
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_exit_saying(&out, 0, &[]);
     assert!(
         stdout(&out).contains(
             "pre-existing violation, not enforced on this update: spec.extraOvdcNetworks[1]: Duplicate value"
@@ -813,7 +762,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
     );
     // A CREATE of the same machine is denied.
     let out = eval_machine(&relabelled);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_exit_saying(&out, 1, &[]);
     // An UPDATE adding a violation is denied for it.
     let worse = provisioned_machine(
         "stored-dup-worse.yaml",
@@ -821,7 +770,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
         "",
     );
     let out = eval(&worse, &old);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_exit_saying(&out, 1, &[]);
     assert!(stdout(&out).contains("spec.extraOvdcNetworks[2] (Duplicate)"));
     assert!(!stdout(&out).contains("spec.extraOvdcNetworks[1] (Duplicate)"));
     // Being deleted: never denied.
@@ -831,7 +780,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
         "  deletionTimestamp: \"2026-12-03T16:20:00Z\"\n",
     );
     let out = eval(&deleting, &old);
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_exit_saying(&out, 0, &[]);
     assert!(stdout(&out).contains("not enforced, the object is being deleted"));
     // A machine not built yet has no VM to keep: judged in full, the stored duplicate too.
     let unbuilt_old = example_machine("unbuilt-old.yaml", &["storage-net", "storage-net"], "");
@@ -841,7 +790,7 @@ fn eval_old_judges_an_update_by_what_it_changes() {
         "  annotations: {platform.example.net/drain: \"true\"}\n",
     );
     let out = eval(&unbuilt, &unbuilt_old);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_exit_saying(&out, 1, &[]);
     assert!(stdout(&out).contains("spec.extraOvdcNetworks[1] (Duplicate)"));
 }
 
@@ -858,7 +807,7 @@ spec:
 ",
     );
     let out = nicpolicy(&["eval", "--machine", &template]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let text = stdout(&out);
     assert!(text.contains("Cluster:   (not known yet"), "{text}");
     assert!(
@@ -891,7 +840,7 @@ fn policy_log_lines_cannot_forge_output() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--policy", &policy, "-v"]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let err = stderr(&out);
     assert!(
         err.contains(r"policy log [Error]: ok\nerror: forged\u{1b}[2J"),
@@ -966,12 +915,7 @@ fn a_cache_that_is_not_private_is_never_loaded() {
     std::fs::copy(&planted, &capvcd_entry).expect("plant");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let out = with_cache(&invalid);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the planted module ran: {}",
-        stdout(&out)
-    );
+    assert_exit_saying(&out, 1, &[]);
     assert!(
         stderr(&out).contains("compiled-module cache not used")
             && stderr(&out).contains("writable by its group or others (mode 777)"),
@@ -982,33 +926,17 @@ fn a_cache_that_is_not_private_is_never_loaded() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     chown(&capvcd_entry, Some(4242), Some(4242)).expect("chown (tests run as root)");
     let out = with_cache(&invalid);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the planted module ran: {}",
-        stdout(&out)
-    );
-    assert!(
-        stderr(&out).contains("belongs to uid 4242"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_saying(&out, 1, &["belongs to uid 4242"]);
     // A group-writable file in a private directory.
     chown(&capvcd_entry, Some(own_uid()), None).expect("chown back");
     std::fs::set_permissions(&capvcd_entry, std::fs::Permissions::from_mode(0o664)).unwrap();
     let out = with_cache(&invalid);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the planted module ran: {}",
-        stdout(&out)
-    );
-    assert!(stderr(&out).contains("mode 664"), "{}", stderr(&out));
+    assert_exit_saying(&out, 1, &["mode 664"]);
     // The trust boundary: a private cache is used as it is, planted file and all. (This is
     // what the checks above keep a shared directory from doing.)
     std::fs::set_permissions(&capvcd_entry, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = with_cache(&invalid);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     assert!(!stderr(&out).contains("cache not used"), "{}", stderr(&out));
 }
 
@@ -1083,7 +1011,7 @@ fn playground_serves_the_page_until_stopped() {
 #[test]
 fn playground_refuses_listen_and_out_together() {
     let output = nicpolicy(&["playground", "--listen", "127.0.0.1:0", "--out", "x"]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_exit_saying(&output, 2, &[]);
 }
 
 #[test]
@@ -1094,7 +1022,7 @@ fn a_native_library_given_as_a_policy_says_how_to_build_one() {
         b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0",
     );
     let out = nicpolicy(&["inspect", &library]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let err = stderr(&out);
     assert!(
         err.contains("native library") && err.contains("--target wasm32-unknown-unknown"),
@@ -1111,7 +1039,7 @@ fn refused_settings_name_the_file_and_the_nested_field() {
     let mut args = EXAMPLE.to_vec();
     args.extend(["--settings", &settings]);
     let out = nicpolicy(&args);
-    assert_eq!(out.status.code(), Some(2));
+    assert_exit_saying(&out, 2, &[]);
     let err = stderr(&out);
     assert!(
         err.contains(&format!("settings in {settings} refused by the policy"))
@@ -1142,7 +1070,7 @@ fn with_closed_stdout(args: &[&str]) -> Output {
 #[test]
 fn closed_stdout_ends_quietly_with_the_verdict_as_exit_code() {
     let passed = with_closed_stdout(&["test", "--policy", "builtin:capvcd", "tests/cases/capvcd"]);
-    assert_eq!(passed.status.code(), Some(0), "{}", stderr(&passed));
+    assert_exit_saying(&passed, 0, &[]);
     assert!(!stderr(&passed).contains("panicked"), "{}", stderr(&passed));
     let denied = with_closed_stdout(&[
         "eval",
@@ -1153,7 +1081,7 @@ fn closed_stdout_ends_quietly_with_the_verdict_as_exit_code() {
         "--inventory",
         "examples/inventory.yaml",
     ]);
-    assert_eq!(denied.status.code(), Some(1), "{}", stderr(&denied));
+    assert_exit_saying(&denied, 1, &[]);
     assert_eq!(stderr(&denied), "");
 }
 
@@ -1176,7 +1104,7 @@ fn render_vcd_writes_the_plan_or_what_capvcd_builds() {
         ]
         .concat(),
     );
-    assert_eq!(plan.status.code(), Some(0), "{}", stderr(&plan));
+    assert_exit_saying(&plan, 0, &[]);
     let xml = stdout(&plan);
     assert!(
         xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NetworkConnectionSection "),
@@ -1211,7 +1139,7 @@ fn render_vcd_writes_the_plan_or_what_capvcd_builds() {
         "--machine",
         "examples/invalid-machine.yaml",
     ]);
-    assert_eq!(denied.status.code(), Some(1));
+    assert_exit_saying(&denied, 1, &[]);
     assert!(stdout(&denied).is_empty());
     assert!(
         stderr(&denied).contains("Duplicate value"),
@@ -1229,7 +1157,7 @@ fn render_network_config(more: &[&str]) -> Output {
 fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
     let nics = ["--nics", "examples/vm-network-connection-section.xml"];
     let out = render_network_config(&nics);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_exit_saying(&out, 0, &[]);
     let config: serde_json::Value = serde_yaml_ng::from_str(&stdout(&out)).expect("YAML");
     assert_eq!(config["version"], 2);
     let ethernets = config["ethernets"].as_object().expect("ethernets");
@@ -1266,27 +1194,17 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
         "--nics",
         "examples/vm-network-connection-section.xml",
     ]);
-    assert_eq!(bare.status.code(), Some(2));
-    assert!(
-        stderr(&bare).contains("--inventory is needed"),
-        "{}",
-        stderr(&bare)
-    );
+    assert_exit_saying(&bare, 2, &["--inventory is needed"]);
     // A PUT body (no MACs yet) instead of the VM's section, then another VM's section.
     let put = render_network_config(&["--nics", "tests/fixtures/vcd/worker-four-networks.xml"]);
-    assert_eq!(put.status.code(), Some(2));
-    assert!(
-        stderr(&put).contains("NIC 0: the VM's section gives no MACAddress"),
-        "{}",
-        stderr(&put)
-    );
+    assert_exit_saying(&put, 2, &["NIC 0: the VM's section gives no MACAddress"]);
     let section =
         std::fs::read_to_string(workspace().join("examples/vm-network-connection-section.xml"))
             .unwrap()
             .replace("network=\"storage-net\"", "network=\"backup-net\"");
     let other_vm = scratch("other-vm.xml", section.as_bytes());
     let other = render_network_config(&["--nics", other_vm.as_str()]);
-    assert_eq!(other.status.code(), Some(2));
+    assert_exit_saying(&other, 2, &[]);
     assert!(
         stderr(&other)
             .contains("NIC 1: the VM's NIC 1 is on backup-net, the plan's on storage-net"),
@@ -1294,12 +1212,7 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
         stderr(&other)
     );
     let not_xml = render_network_config(&["--nics", "examples/machine.yaml"]);
-    assert_eq!(not_xml.status.code(), Some(2));
-    assert!(
-        stderr(&not_xml).contains("--nics examples/machine.yaml"),
-        "{}",
-        stderr(&not_xml)
-    );
+    assert_exit_saying(&not_xml, 2, &["--nics examples/machine.yaml"]);
 }
 
 #[test]
@@ -1316,10 +1229,10 @@ fn audit_reports_a_vm_that_drifted_from_its_plan() {
         ])
     };
     let same = audit("examples/vm-network-connection-section.xml");
-    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert_exit_saying(&same, 0, &[]);
     assert!(!stdout(&same).contains("drift"));
     let other = audit("tests/fixtures/vcd/worker-four-networks.xml");
-    assert_eq!(other.status.code(), Some(1), "{}", stdout(&other));
+    assert_exit_saying(&other, 1, &[]);
     let text = stdout(&other);
     assert!(
         text.contains("drift: NIC 1: network is workload-net on the VM, the plan has storage-net")
@@ -1333,18 +1246,13 @@ fn audit_reports_a_vm_that_drifted_from_its_plan() {
         "--vm-nics",
         "prod-eu1-md-0-zzzzz=examples/vm-network-connection-section.xml",
     ]);
-    assert_eq!(unknown.status.code(), Some(2));
-    assert!(
-        stderr(&unknown).contains("no VCDMachine of that name"),
-        "{}",
-        stderr(&unknown)
-    );
+    assert_exit_saying(&unknown, 2, &["no VCDMachine of that name"]);
 }
 
 #[test]
 fn version_names_the_abi_and_each_built_in_policy_s_digest() {
     let out = nicpolicy(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
+    assert_exit_saying(&out, 0, &[]);
     let text = stdout(&out);
     assert!(text.starts_with("nicpolicy 0."), "{text}");
     assert!(text.contains("ABI: nicpolicy v1"), "{text}");
@@ -1371,7 +1279,7 @@ fn version_names_the_abi_and_each_built_in_policy_s_digest() {
 fn completion_scripts_cover_the_commands() {
     for shell in ["bash", "zsh", "fish"] {
         let out = nicpolicy(&["completion", shell]);
-        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        assert_exit_saying(&out, 0, &[]);
         let script = stdout(&out);
         for command in [
             "eval",
@@ -1495,7 +1403,7 @@ fn bench_compare_fails_a_costlier_policy_and_passes_the_same_one() {
         "--compare",
         &baseline,
     ]);
-    assert_eq!(costlier.status.code(), Some(1), "{}", stderr(&costlier));
+    assert_exit_saying(&costlier, 1, &[]);
     let said = stderr(&costlier);
     for name in ["01-primary-only", "02-one-extra"] {
         assert!(
@@ -1631,7 +1539,7 @@ fn eval_says_what_a_warn_mode_policy_would_deny_as_the_webhook_does() {
         "json",
     ];
     let enforced = nicpolicy(&base);
-    assert_eq!(enforced.status.code(), Some(1), "{}", stderr(&enforced));
+    assert_exit_saying(&enforced, 1, &[]);
 
     let mut warn = base.to_vec();
     warn.extend(["--policy", "builtin:capvcd", "--mode", "warn"]);

@@ -2,6 +2,7 @@
 //! distribution v2 server that .ci/run installs) started on loopback with a configuration and
 //! storage of its own. Both artifact layouts, tags and digests, and what is refused.
 
+mod common;
 mod registry;
 
 use std::path::{Path, PathBuf};

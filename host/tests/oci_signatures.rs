@@ -4,6 +4,7 @@
 //! `verification:` section; what is refused (unsigned, another key, a signature of another
 //! digest, a repository no rule names); the store through an outage; and copies to a mirror.
 
+mod common;
 mod registry;
 
 use std::path::{Path, PathBuf};

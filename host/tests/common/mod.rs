@@ -1,7 +1,27 @@
-//! What the host's process tests share.
+//! What the host's process tests share. Each test binary uses part of it.
+#![allow(dead_code)]
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+use std::process::{ExitStatus, Output};
+
+/// A finished command's exit status, stdout and stderr, for assertion messages.
+pub fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Asserts that `out` exited with `code` and that its stderr says each of `words`.
+pub fn assert_exit_saying(out: &Output, code: i32, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    for word in words {
+        assert!(said.contains(word), "{word:?} not said\n{}", text(out));
+    }
+}
 
 /// Waits for child `pid` and returns its exit status and peak resident memory in KiB
 /// (`wait4`'s `ru_maxrss`, which also covers the descendants it reaped). `wait4` is the one call

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+pub use crate::common::{assert_exit_saying, text};
+
 /// A registry on 127.0.0.1, stopped and removed when dropped.
 pub struct Registry {
     pub child: Child,
@@ -227,24 +229,6 @@ pub fn eval_by_reference(dir: &Path, machine: &str, reference: &str, extra: &[&s
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-pub fn text(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Asserts that `out` exited with `code` and that its stderr says each of `words`.
-pub fn assert_exit_saying(out: &Output, code: i32, words: &[&str]) {
-    assert_eq!(out.status.code(), Some(code), "{}", text(out));
-    let said = String::from_utf8_lossy(&out.stderr);
-    for word in words {
-        assert!(said.contains(word), "{word:?} not said\n{}", text(out));
-    }
 }
 
 /// The built-in CAPVCD policy as a file in `dir`.
