@@ -244,6 +244,15 @@ impl ManifestFile {
             .filter(move |o| kinds.contains(&o.kind()))
     }
 
+    /// Every machine of the file (VCDMachines and VCDMachineTemplates, the kinds of
+    /// [`ObjectKind::ALL`]), in file order: the one enumerator that `eval`, `audit`, the
+    /// controller and the playground share.
+    pub fn machines(&self) -> impl Iterator<Item = &Object> + '_ {
+        self.objects
+            .iter()
+            .filter(|o| ObjectKind::from_kind(o.kind()).is_some())
+    }
+
     /// An error about `field` of `object` (a path inside it), placed in this file.
     pub fn field_error(
         &self,
@@ -275,9 +284,8 @@ impl ManifestFile {
     /// # Errors
     /// As for [`ManifestFile::machine`]: no such machine, or several and no name.
     pub fn find_machine(&self, name: Option<&str>) -> Result<&Object, ManifestError> {
-        const KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
         let candidates: Vec<&Object> = self
-            .of_kinds(&KINDS)
+            .machines()
             .filter(|o| name.is_none_or(|n| o.name() == n))
             .collect();
         let object = match candidates.as_slice() {
@@ -722,6 +730,28 @@ status:
         assert_eq!(kind, ObjectKind::VcdMachineTemplate);
         assert_eq!(m.role, nicpolicy_plugin::Role::ControlPlane);
         assert_eq!(m.extra_ovdc_networks, ["storage-net"]);
+    }
+
+    #[test]
+    fn machines_are_every_vcdmachine_and_template_in_file_order() {
+        let text = format!(
+            "{MACHINE}---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: VCDCluster\n\
+             metadata: {{name: prod-eu1, namespace: prod-eu1}}\n---\n\
+             apiVersion: controlplane.cluster.x-k8s.io/v1beta1\nkind: KubeadmControlPlane\n\
+             metadata: {{name: prod-eu1-control-plane, namespace: prod-eu1}}\n---\n\
+             apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: VCDMachineTemplate\n\
+             metadata: {{name: prod-eu1-md-0, namespace: prod-eu1}}\n\
+             spec: {{template: {{spec: {{extraOvdcNetworks: [storage-net]}}}}}}\n"
+        );
+        let file = parse(&text);
+        let machines: Vec<(&str, &str)> = file.machines().map(|o| (o.kind(), o.name())).collect();
+        assert_eq!(
+            machines,
+            [
+                ("VCDMachine", "prod-eu1-md-0-x7k2p"),
+                ("VCDMachineTemplate", "prod-eu1-md-0")
+            ]
+        );
     }
 
     #[test]

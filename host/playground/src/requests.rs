@@ -10,9 +10,6 @@ use serde_json::Value;
 use nicpolicy_inputs::manifest::{mark_control_plane, ManifestError, ManifestFile, Object};
 use nicpolicy_inputs::request::build_request;
 
-/// The kinds the page evaluates.
-const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
-
 /// The page's inputs, as typed or dropped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inputs<'a> {
@@ -130,7 +127,7 @@ pub fn read(inputs: &Inputs<'_>) -> Outcome {
         &cluster
     };
     for file in [&cluster, &machines] {
-        for object in file.of_kinds(&MACHINE_KINDS) {
+        for object in file.machines() {
             outcome
                 .machines
                 .push(entry(file, object, cluster_source, inventory.as_ref()));

@@ -19,9 +19,6 @@ use nicpolicy_inputs::manifest::{
     ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS,
 };
 
-/// The kinds audited.
-pub const MACHINE_KINDS: [&str; 2] = ["VCDMachine", "VCDMachineTemplate"];
-
 /// CAPVCD versions that predate `spec.extraOvdcNetworks`: their objects are reported as not
 /// checked rather than refused.
 const VERSIONS_WITHOUT_NETWORKS: [&str; 2] = ["v1alpha4", "v1beta1"];
@@ -168,10 +165,7 @@ impl Inputs {
 
     /// How many machines and machine templates the files hold.
     pub fn machine_count(&self) -> usize {
-        self.files
-            .iter()
-            .map(|file| file.of_kinds(&MACHINE_KINDS).count())
-            .sum()
+        self.files.iter().map(|file| file.machines().count()).sum()
     }
 
     /// Every machine and machine template, in file order, each with its request (a CREATE of
@@ -179,7 +173,7 @@ impl Inputs {
     pub fn subjects(&self, inventory: Option<&Inventory>) -> Vec<Subject> {
         let mut subjects = Vec::with_capacity(self.machine_count());
         for file in &self.files {
-            for object in file.of_kinds(&MACHINE_KINDS) {
+            for object in file.machines() {
                 subjects.push(self.subject(file, object, inventory));
             }
         }

@@ -33,12 +33,7 @@ pub struct EvalArgs {
 /// Runs `nicpolicy eval`.
 pub fn run(args: EvalArgs, positions: &Positions) -> Result<u8, Failure> {
     let machines = args.machine.machines()?;
-    if args.machine.machine_name.is_none()
-        && machines
-            .of_kinds(&nicpolicy::audit::inputs::MACHINE_KINDS)
-            .count()
-            > 1
-    {
+    if args.machine.machine_name.is_none() && machines.machines().count() > 1 {
         return eval_many(args, machines, positions);
     }
     let Judged {
