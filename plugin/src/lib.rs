@@ -57,6 +57,8 @@ pub mod mutation;
 pub mod objects;
 #[cfg(feature = "lifecycle")]
 pub mod provisioner;
+#[cfg(feature = "lifecycle")]
+pub mod render;
 pub mod schema;
 pub mod settings;
 pub mod source;

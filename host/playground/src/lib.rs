@@ -92,6 +92,44 @@ pub fn describe_source(source: &str) -> String {
         .describe()
 }
 
+/// The text `nicpolicy eval` prints for a decision (`nicpolicy_plugin::render`), for the page's
+/// "nicpolicy eval" view: `request` and `decision` as JSON, `policies` a JSON list of `name
+/// version`, `unapplied` the JSON list of plan fields the provisioner will not apply. Input that
+/// is not what it should be gives a line saying which.
+#[wasm_bindgen(js_name = renderDecision)]
+pub fn render_decision(request: &str, policies: &str, decision: &str, unapplied: &str) -> String {
+    fn read<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, String> {
+        serde_json::from_str(json).map_err(|err| format!("cannot show the {what}: {err}\n"))
+    }
+    let read_all = || -> Result<String, String> {
+        let request: nicpolicy_plugin::Request = read("request", request)?;
+        let policies: Vec<String> = read("policies", policies)?;
+        let decision: nicpolicy_plugin::Decision = read("decision", decision)?;
+        let unapplied: Vec<nicpolicy_plugin::provisioner::Unapplied> =
+            read("unapplied plan fields", unapplied)?;
+        Ok(nicpolicy_plugin::render::decision_text(
+            &nicpolicy_plugin::render::Described {
+                request: &request,
+                policies: &policies,
+                unapplied: &unapplied,
+                explain: false,
+            },
+            &decision,
+        ))
+    };
+    read_all().unwrap_or_else(|error| error)
+}
+
+/// Where a machine's fields are in an object of `kind`: `spec`, or `spec.template.spec` for a
+/// VCDMachineTemplate (`nicpolicy_plugin::ObjectKind::spec_path`).
+#[wasm_bindgen(js_name = specPath)]
+pub fn spec_path(kind: &str) -> String {
+    nicpolicy_plugin::ObjectKind::from_kind(kind)
+        .unwrap_or(nicpolicy_plugin::ObjectKind::VcdMachine)
+        .spec_path()
+        .to_string()
+}
+
 /// The host chain's combining (`nicpolicy_plugin::combine::Combiner`), step by step: the page
 /// evaluates each policy with its JS build and hands the decision here, so the page combines a
 /// chain exactly as `nicpolicy eval` and the webhook do (messages, order, write-backs, sources).

@@ -1,10 +1,11 @@
 // Evaluating a request with a chain of policy JS builds. Each policy runs in its JS build; the
-// decisions are combined by the host chain's own Rust code (nicpolicy_plugin::combine, exported
-// by the playground module as Combine), so the page and `nicpolicy eval` combine alike:
+// decisions are combined, and rendered as text, by the host's own Rust code
+// (nicpolicy_plugin::combine and ::render, exported by the playground module as Combine and
+// renderDecision), so the page and `nicpolicy eval` combine and print alike:
 // settings per policy, write-backs flowing forward, messages prefixed in a chain of two or more,
 // violations in field order, and each NIC's and violation's source naming its policy.
 
-import { Combine } from "./pkg/nicpolicy_playground.js";
+import { Combine, renderDecision, specPath } from "./pkg/nicpolicy_playground.js";
 
 /** A policy JS build (wasm-bindgen --target web), loaded once. */
 export class JsPolicy {
@@ -65,73 +66,20 @@ export function evaluateChain(chain, request) {
   }
 }
 
-/** `spec` or `spec.template.spec`: where the machine's fields are. */
-export function specPath(kind) {
-  return kind === "VCDMachineTemplate" ? "spec.template.spec" : "spec";
-}
-
-const yes = (flag) => (flag ? "yes" : "no");
-
-/** Left-aligned columns separated by three spaces, like kubectl's tables. */
-function table(rows) {
-  const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => [...row[i]].length)));
-  return rows
-    .map((row) =>
-      row
-        .map((cell, i) => (i + 1 === row.length ? cell : cell + " ".repeat(widths[i] - [...cell].length + 3)))
-        .join("")
-        .trimEnd() + "\n",
-    )
-    .join("");
-}
+/** `spec` or `spec.template.spec`: where the machine's fields are (the host's own rule). */
+export { specPath };
 
 /**
- * The text `nicpolicy eval` prints for a decision (host/src/cli/render.rs, render_decision);
- * `unapplied`: the plan fields the provisioner will not apply, marked `*` as the CLI marks them.
+ * The text `nicpolicy eval` prints for a decision, rendered by the host's own Rust code
+ * (nicpolicy_plugin::render, as `nicpolicy eval` renders it); `unapplied`: the plan fields the
+ * provisioner will not apply, marked `*` as the CLI marks them.
  */
 export function renderText(request, chain, decision, unapplied = []) {
-  const machine = request.machine;
-  const namespace = machine.namespace ? `${machine.namespace}/` : "";
-  const operation = request.operation === "UPDATE" ? "Update" : "Create";
-  const role = machine.role === "control-plane" ? "control plane" : "worker";
-  let out = `Machine:   ${request.kind} ${namespace}${machine.name} (${operation}, ${role})\n`;
-  out += `Cluster:   ${request.cluster.name}\n`;
   const policies = chain.map(({ policy }) => `${policy.metadata.name} ${policy.metadata.version}`);
-  out += policies.length === 1 ? `Policy:    ${policies[0]}\n` : `Policies:  ${policies.join(" -> ")}\n`;
-  out += `Decision:  ${decision.allowed ? "allowed" : "denied"}\n`;
-  if (decision.nics.length > 0) {
-    const rows = [["NIC", "NETWORK", "PRIMARY", "IP MODE", "IP ADDRESS", "ADAPTER", "CONNECTED"]];
-    for (const nic of decision.nics) {
-      const mark = (field, cell) => (unapplied.some((u) => u.index === nic.index && u.field === field) ? cell + "*" : cell);
-      rows.push([
-        String(nic.index),
-        mark("network", nic.network),
-        mark("primary", yes(nic.primary)),
-        mark("ipAllocationMode", nic.ipAllocationMode),
-        mark("ipAddress", nic.ipAddress ?? "-"),
-        mark("adapterType", nic.adapterType),
-        mark("connected", yes(nic.connected)),
-      ]);
-    }
-    out += "\n" + table(rows);
-    if (unapplied.length > 0) {
-      out += `* not built as planned: ${unapplied[0].provisioner} builds it otherwise (see Warnings or Violations)\n`;
-    }
-  }
-  if (decision.vappNetworks.length > 0) {
-    out += `\nvApp networks: ${decision.vappNetworks.join(", ")}\n`;
-  }
-  const extras = decision.extraOvdcNetworks;
-  if (extras && JSON.stringify(extras) !== JSON.stringify(machine.extraOvdcNetworks ?? [])) {
-    out += `Defaulted ${specPath(request.kind)}.extraOvdcNetworks: [${extras.join(", ")}]\n`;
-  }
-  if (decision.violations.length > 0) {
-    out += "\nViolations:\n";
-    for (const v of decision.violations) out += `  ${v.field} (${v.reason}): ${v.message}\n`;
-  }
-  if (decision.warnings.length > 0) {
-    out += "\nWarnings:\n";
-    for (const w of decision.warnings) out += `  ${w}\n`;
-  }
-  return out;
+  return renderDecision(
+    JSON.stringify(request),
+    JSON.stringify(policies),
+    JSON.stringify(decision),
+    JSON.stringify(unapplied),
+  );
 }

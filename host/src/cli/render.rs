@@ -1,18 +1,12 @@
-//! The decision as `nicpolicy eval` prints it in table form, in the spirit of `kubectl describe`.
+//! The decision as `nicpolicy eval` prints it in table form, in the spirit of `kubectl describe`:
+//! the text of [`nicpolicy::plugin::render`], which the playground shows too.
 
-use std::fmt::Write as _;
-
-use nicpolicy::plugin::provisioner::{PlanField, Unapplied};
+use nicpolicy::plugin::provisioner::Unapplied;
+use nicpolicy::plugin::render::{decision_text, Described};
 use nicpolicy::plugin::{Decision, Request};
 use nicpolicy::PolicyChain;
 
-fn yes(flag: bool) -> &'static str {
-    if flag {
-        "yes"
-    } else {
-        "no"
-    }
-}
+pub use nicpolicy::plugin::render::table;
 
 /// Human-readable decision, in the spirit of `kubectl describe`; with `explain`, where each
 /// NIC and violation comes from.
@@ -23,98 +17,6 @@ pub fn render_decision(
     unapplied: &[Unapplied],
     explain: bool,
 ) -> String {
-    let mut out = header(request, chain, decision);
-    if !decision.nics.is_empty() {
-        out.push('\n');
-        out.push_str(&nic_table(decision, unapplied));
-        if let Some(first) = unapplied.first() {
-            let _ = writeln!(
-                out,
-                "* not built as planned: {} builds it otherwise (see Warnings or Violations)",
-                first.provisioner
-            );
-        }
-        if explain {
-            let _ = writeln!(out, "\nWhere each NIC comes from:");
-            let rows: Vec<[String; 3]> = decision
-                .nics
-                .iter()
-                .map(|nic| {
-                    [
-                        format!("  NIC {}", nic.index),
-                        nic.network.clone(),
-                        describe(nic.source.as_deref()),
-                    ]
-                })
-                .collect();
-            out.push_str(&table(&rows));
-        }
-    }
-    if !decision.vapp_networks.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nvApp networks: {}",
-            decision.vapp_networks.join(", ")
-        );
-    }
-    if let Some(extras) = &decision.extra_ovdc_networks {
-        if *extras != request.machine.extra_ovdc_networks {
-            let _ = writeln!(
-                out,
-                "Defaulted {}.extraOvdcNetworks: [{}]",
-                request.kind.spec_path(),
-                extras.join(", ")
-            );
-        }
-    }
-    if !decision.violations.is_empty() {
-        let _ = writeln!(out, "\nViolations:");
-        for v in &decision.violations {
-            let _ = writeln!(out, "  {} ({:?}): {}", v.field, v.reason, v.message);
-            if explain {
-                let _ = writeln!(out, "    from: {}", describe(v.source.as_deref()));
-            }
-        }
-    }
-    if !decision.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings:");
-        for w in &decision.warnings {
-            let _ = writeln!(out, "  {w}");
-        }
-    }
-    out
-}
-
-/// A source in words; a part without one (a policy run outside a chain) says so.
-fn describe(source: Option<&nicpolicy::plugin::Source>) -> String {
-    source.map_or_else(|| "not reported".to_string(), |s| s.describe())
-}
-
-/// Which machine, cluster and policies, and the verdict.
-fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String {
-    let mut out = String::new();
-    let machine = &request.machine;
-    let namespace = if machine.namespace.is_empty() {
-        String::new()
-    } else {
-        format!("{}/", machine.namespace)
-    };
-    let _ = writeln!(
-        out,
-        "Machine:   {} {namespace}{} ({:?}, {})",
-        request.kind.as_str(),
-        machine.name,
-        request.operation,
-        match machine.role {
-            nicpolicy::plugin::Role::ControlPlane => "control plane",
-            nicpolicy::plugin::Role::Worker => "worker",
-        }
-    );
-    if request.cluster_unknown {
-        let _ = writeln!(out, "Cluster:   (not known yet: checked without it)");
-    } else {
-        let _ = writeln!(out, "Cluster:   {}", request.cluster.name);
-    }
     let policies: Vec<String> = chain
         .policies()
         .iter()
@@ -128,88 +30,13 @@ fn header(request: &Request, chain: &PolicyChain, decision: &Decision) -> String
             format!("{}{version}", policy.name())
         })
         .collect();
-    if let [one] = policies.as_slice() {
-        let _ = writeln!(out, "Policy:    {one}");
-    } else {
-        let _ = writeln!(out, "Policies:  {}", policies.join(" -> "));
-    }
-    let _ = writeln!(
-        out,
-        "Decision:  {}",
-        if decision.allowed {
-            "allowed"
-        } else {
-            "denied"
-        }
-    );
-
-    out
-}
-
-/// The NIC plan as a table; a field in `unapplied` is marked `*`.
-fn nic_table(decision: &Decision, unapplied: &[Unapplied]) -> String {
-    let mut rows = vec![[
-        "NIC".to_string(),
-        "NETWORK".to_string(),
-        "PRIMARY".to_string(),
-        "IP MODE".to_string(),
-        "IP ADDRESS".to_string(),
-        "ADAPTER".to_string(),
-        "CONNECTED".to_string(),
-    ]];
-    for nic in &decision.nics {
-        let mark = |field: PlanField, cell: String| {
-            if unapplied
-                .iter()
-                .any(|u| u.index == nic.index && u.field == field)
-            {
-                cell + "*"
-            } else {
-                cell
-            }
-        };
-        rows.push([
-            nic.index.to_string(),
-            mark(PlanField::Network, nic.network.clone()),
-            mark(PlanField::Primary, yes(nic.primary).to_string()),
-            mark(
-                PlanField::IpAllocationMode,
-                nic.ip_allocation_mode.as_str().to_string(),
-            ),
-            mark(
-                PlanField::IpAddress,
-                nic.ip_address.clone().unwrap_or_else(|| "-".to_string()),
-            ),
-            mark(
-                PlanField::AdapterType,
-                nic.adapter_type.as_str().to_string(),
-            ),
-            mark(PlanField::Connected, yes(nic.connected).to_string()),
-        ]);
-    }
-    table(&rows)
-}
-
-/// Left-aligned columns separated by three spaces, like kubectl's tables.
-pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == N {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<width$}   ", width = widths[i]);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    decision_text(
+        &Described {
+            request,
+            policies: &policies,
+            unapplied,
+            explain,
+        },
+        decision,
+    )
 }
