@@ -400,7 +400,7 @@ fn the_kustomize_example_configuration_is_valid_and_names_digests() {
         nicpolicy::served::config::ServeConfig::read(&path).unwrap_or_else(|err| panic!("{err}"));
     assert!(config.registry.require_digest);
     assert_eq!(
-        config.registry.config.as_deref(),
+        config.registry.options.docker_config.as_deref(),
         Some(Path::new("/etc/nicpolicy-registry/config.json"))
     );
     let references: Vec<&nicpolicy::PolicySource> = config
@@ -414,9 +414,11 @@ fn the_kustomize_example_configuration_is_valid_and_names_digests() {
         .collect();
     assert_eq!(references.len(), 2, "{references:?}");
     // The public key travels in the ConfigMap beside the configuration.
-    let rule = &config.registry.verification[0];
+    let rule = &config.registry.options.verification.rules[0];
     assert_eq!(rule.references, ["registry.example.net/platform/*"]);
-    assert!(rule.keys[0].0.ends_with("registry-module/platform.pub"));
+    assert!(rule.keys[0]
+        .file()
+        .is_some_and(|file| file.ends_with("registry-module/platform.pub")));
 }
 
 #[test]

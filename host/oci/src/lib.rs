@@ -16,6 +16,7 @@
 //!   only when a cosign signature of its manifest checks with a trusted key ([`signature`]).
 
 pub mod auth;
+pub mod config;
 pub mod fetcher;
 pub mod mirror;
 pub mod signature;
@@ -109,7 +110,7 @@ pub enum OciError {
 }
 
 /// How to reach registries.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegistryOptions {
     /// Plain HTTP, refused for anything but a loopback registry.
     pub plain_http: bool,

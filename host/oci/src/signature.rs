@@ -65,10 +65,12 @@ struct Image {
 
 /// A public key that signatures are checked with (PEM, as `cosign generate-key-pair` writes
 /// `cosign.pub`).
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TrustedKey {
     name: String,
     pem: Vec<u8>,
+    /// The file it was read from, when it was (a configuration watches it for changes).
+    file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for TrustedKey {
@@ -86,7 +88,18 @@ impl TrustedKey {
     /// [`OciError::Config`] naming the file: unreadable, or not a public key.
     pub fn read(path: &Path) -> Result<TrustedKey, OciError> {
         let pem = read_key_file(path, "public")?;
-        TrustedKey::from_pem(path.display().to_string(), pem)
+        TrustedKey::from_file_pem(path, pem)
+    }
+
+    /// The key in `pem`, read from `path` (which names it in messages, and which
+    /// [`TrustedKey::file`] gives back).
+    ///
+    /// # Errors
+    /// [`OciError::Config`] when `pem` is not a public key (ECDSA, Ed25519 or RSA, PEM).
+    pub fn from_file_pem(path: &Path, pem: Vec<u8>) -> Result<TrustedKey, OciError> {
+        let mut key = TrustedKey::from_pem(path.display().to_string(), pem)?;
+        key.file = Some(path.to_path_buf());
+        Ok(key)
     }
 
     /// The key in `pem`, named `name` in messages.
@@ -102,7 +115,16 @@ impl TrustedKey {
     /// The key in `pem`, checked only when a signature is: for a key a configuration reader
     /// has already checked. One that is not a key refuses every signature it is asked about.
     pub fn unchecked(name: String, pem: Vec<u8>) -> TrustedKey {
-        TrustedKey { name, pem }
+        TrustedKey {
+            name,
+            pem,
+            file: None,
+        }
+    }
+
+    /// The file it was read from ([`TrustedKey::read`]), if it was.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
     }
 
     /// How messages name it (its file).
@@ -136,14 +158,14 @@ fn read_key_file(path: &Path, which: &str) -> Result<Vec<u8>, OciError> {
 /// Which keys must have signed the modules of which repositories: the `verification:` section
 /// of a configuration, or `--verify-key` on the command line (one rule for every repository).
 /// Empty, nothing is checked.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verification {
     /// The rules, first match wins.
     pub rules: Vec<VerificationRule>,
 }
 
 /// Modules of the repositories `references` names must be signed by one of `keys`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerificationRule {
     /// Repository patterns: `host/path/name`, where `*` stands for any run of characters
     /// (`registry.example.net/platform/*`, or `*` for every repository).

@@ -117,7 +117,7 @@ impl Served {
         // `oci:` entries are pulled (or read from the store) with the configuration's registry
         // options.
         #[cfg(feature = "oci")]
-        let sources = crate::sources::Sources::with_registry(host, config.registry.options());
+        let sources = crate::sources::Sources::with_registry(host, config.registry.options.clone());
         #[cfg(not(feature = "oci"))]
         let sources = crate::sources::Sources::new(host);
         let mut loader = sources.loader(host);

@@ -266,67 +266,20 @@ pub struct ServeConfig {
     pub overrides: Overrides,
 }
 
-/// `registry:`: how `oci:` policies are pulled.
+/// `registry:` and `verification:`: how `oci:` policies are pulled, and what this configuration
+/// asks of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegistryConfig {
-    /// `config`: the docker config.json with credentials (an imagePullSecret's content).
-    pub config: Option<PathBuf>,
-    /// `caFiles`: PEM files of CAs to trust beside the system's, for every registry.
-    pub ca_files: Vec<PathBuf>,
-    /// `registryCaFiles`: PEM files of CAs to trust for one registry (`host[:port]`).
-    pub registry_ca_files: BTreeMap<String, Vec<PathBuf>>,
-    /// `plainHttp`: plain HTTP, for a registry on loopback only.
-    pub plain_http: bool,
+    /// The registry client's options: `config` (credentials), `caFiles`, `registryCaFiles`,
+    /// `plainHttp`, and the rules of `verification:` with their keys read when the configuration
+    /// was, so a load uses the keys that were checked.
+    #[cfg(feature = "oci")]
+    pub options: nicpolicy_oci::RegistryOptions,
     /// `requireDigest`: refuse `oci:` references by tag.
     pub require_digest: bool,
     /// `onUnavailableAtStart`: a module that cannot be had at start stops the start, or
     /// denies its kind.
     pub on_unavailable_at_start: UnavailableAtStart,
-    /// `verification:` (a section of its own in the file): the keys `oci:` modules must be
-    /// signed with, per repository pattern; empty, signatures are not checked.
-    pub verification: Vec<VerificationRuleConfig>,
-}
-
-/// One rule of `verification:`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerificationRuleConfig {
-    /// `references`: repository patterns (`registry.example.net/platform/*`).
-    pub references: Vec<String>,
-    /// `keys`: public key files (resolved against the configuration's directory), with the
-    /// bytes read when the configuration was, so a load uses the keys that were checked.
-    pub keys: Vec<(PathBuf, Vec<u8>)>,
-}
-
-#[cfg(feature = "oci")]
-impl RegistryConfig {
-    /// The registry client's options.
-    pub fn options(&self) -> nicpolicy_oci::RegistryOptions {
-        nicpolicy_oci::RegistryOptions {
-            plain_http: self.plain_http,
-            docker_config: self.config.clone(),
-            ca_files: self.ca_files.clone(),
-            registry_ca_files: self.registry_ca_files.clone(),
-            verification: nicpolicy_oci::signature::Verification {
-                rules: self
-                    .verification
-                    .iter()
-                    .map(|rule| nicpolicy_oci::signature::VerificationRule {
-                        references: rule.references.clone(),
-                        keys: rule
-                            .keys
-                            .iter()
-                            .map(|(path, pem)| {
-                                nicpolicy_oci::signature::TrustedKey::unchecked(
-                                    path.display().to_string(),
-                                    pem.clone(),
-                                )
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            },
-        }
-    }
 }
 
 /// Fields of the configuration given on the command line of `nicpolicy serve`.
@@ -491,10 +444,7 @@ impl ServeConfig {
             connections: reader.connections(raw.connections.as_ref())?,
             provisioner: reader.provisioner(raw.provisioner.as_ref())?,
             compile: reader.compile(raw.compile.as_ref())?,
-            registry: RegistryConfig {
-                verification: reader.verification(raw.verification.as_deref())?,
-                ..reader.registry(raw.registry.as_ref())
-            },
+            registry: reader.registry(raw.registry.as_ref(), raw.verification.as_deref())?,
             on_unapplied: raw
                 .provisioner
                 .as_ref()
@@ -519,12 +469,21 @@ impl ServeConfig {
             }
         }
         // New credentials or CAs take effect on the next reload, as a new module file does.
-        files.extend(self.registry.config.iter().cloned());
-        files.extend(self.registry.ca_files.iter().cloned());
-        files.extend(self.registry.registry_ca_files.values().flatten().cloned());
-        // A key added or revoked takes effect on the next reload too.
-        for rule in &self.registry.verification {
-            files.extend(rule.keys.iter().map(|(path, _)| path.clone()));
+        #[cfg(feature = "oci")]
+        {
+            let options = &self.registry.options;
+            files.extend(options.docker_config.iter().cloned());
+            files.extend(options.ca_files.iter().cloned());
+            files.extend(options.registry_ca_files.values().flatten().cloned());
+            // A key added or revoked takes effect on the next reload too.
+            for rule in &options.verification.rules {
+                files.extend(
+                    rule.keys
+                        .iter()
+                        .filter_map(|key| key.file())
+                        .map(Path::to_path_buf),
+                );
+            }
         }
         files.extend(self.inventory.iter().cloned());
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
@@ -658,13 +617,38 @@ impl Reader<'_> {
         Ok(policies)
     }
 
-    /// `registry:`, its paths resolved against this file's directory.
-    fn registry(&self, raw: Option<&file::Registry>) -> RegistryConfig {
-        let Some(raw) = raw else {
-            return RegistryConfig::default();
+    /// `registry:`, its paths resolved against this file's directory, and `verification:`,
+    /// each rule's patterns checked and its keys read and parsed, at their field.
+    fn registry(
+        &self,
+        raw: Option<&file::Registry>,
+        rules: Option<&[file::VerificationRule]>,
+    ) -> Result<RegistryConfig, ConfigError> {
+        let empty = file::Registry::default();
+        let raw = raw.unwrap_or(&empty);
+        let rules = match rules {
+            None => &[][..],
+            Some(rules) => {
+                #[cfg(not(feature = "oci"))]
+                if !rules.is_empty() {
+                    return Err(self.error(
+                        "verification",
+                        "this build of nicpolicy has no OCI registry support (feature oci)",
+                    ));
+                }
+                if rules.is_empty() {
+                    return Err(self.error(
+                        "verification",
+                        "the section is empty; give rules (references and keys), or leave it \
+                         out to not verify signatures",
+                    ));
+                }
+                rules
+            }
         };
-        RegistryConfig {
-            config: raw.config.as_deref().map(|p| self.resolve(p)),
+        #[cfg(feature = "oci")]
+        let options = nicpolicy_oci::RegistryOptions {
+            docker_config: raw.config.as_deref().map(|p| self.resolve(p)),
             ca_files: raw
                 .ca_files
                 .iter()
@@ -683,87 +667,43 @@ impl Reader<'_> {
                 })
                 .collect(),
             plain_http: raw.plain_http.unwrap_or(false),
-            require_digest: raw.require_digest.unwrap_or(false),
-            on_unavailable_at_start: raw.on_unavailable_at_start.unwrap_or_default(),
-            verification: Vec::new(),
-        }
-    }
-
-    /// `verification:`: each rule's patterns checked, its keys read (and, with registry
-    /// support, parsed), at their field.
-    fn verification(
-        &self,
-        raw: Option<&[file::VerificationRule]>,
-    ) -> Result<Vec<VerificationRuleConfig>, ConfigError> {
-        let Some(rules) = raw else {
-            return Ok(Vec::new());
-        };
-        #[cfg(not(feature = "oci"))]
-        if !rules.is_empty() {
-            return Err(self.error(
-                "verification",
-                "this build of nicpolicy has no OCI registry support (feature oci)",
-            ));
-        }
-        if rules.is_empty() {
-            return Err(self.error(
-                "verification",
-                "the section is empty; give rules (references and keys), or leave it out to \
-                 not verify signatures",
-            ));
-        }
-        rules
-            .iter()
-            .enumerate()
-            .map(|(i, rule)| {
-                let at = format!("verification[{i}]");
-                if rule.references.is_empty() {
-                    return Err(self.error(
-                        &format!("{at}.references"),
-                        "name the repositories this rule is for (host/path/name, * for any run \
-                         of characters)",
-                    ));
-                }
-                for (j, pattern) in rule.references.iter().enumerate() {
-                    #[cfg(feature = "oci")]
-                    nicpolicy_oci::signature::check_pattern(pattern)
-                        .map_err(|why| self.error(&format!("{at}.references[{j}]"), why))?;
-                    #[cfg(not(feature = "oci"))]
-                    let _ = (j, pattern);
-                }
-                if rule.keys.is_empty() {
-                    return Err(self.error(
-                        &format!("{at}.keys"),
-                        "a rule needs at least one public key (a PEM file, as cosign.pub)",
-                    ));
-                }
-                let keys = rule
-                    .keys
+            verification: nicpolicy_oci::signature::Verification {
+                rules: rules
                     .iter()
                     .enumerate()
-                    .map(|(j, path)| {
-                        let path = self.resolve(path);
-                        let field = format!("{at}.keys[{j}]");
-                        let pem = nicpolicy_inputs::files::read_at_most(
-                            &path,
-                            nicpolicy_engine::limits::MAX_KEY_BYTES,
+                    .map(|(i, rule)| {
+                        let keys: Vec<PathBuf> =
+                            rule.keys.iter().map(|p| self.resolve(p)).collect();
+                        nicpolicy_oci::config::verification_rule(&rule.references, &keys).map_err(
+                            |err| {
+                                self.error(&format!("verification[{i}].{}", err.field), err.message)
+                            },
                         )
-                        .map_err(|err| self.error(&field, format!("{}: {err}", path.display())))?;
-                        #[cfg(feature = "oci")]
-                        nicpolicy_oci::signature::TrustedKey::from_pem(
-                            path.display().to_string(),
-                            pem.clone(),
-                        )
-                        .map_err(|err| self.error(&field, err))?;
-                        Ok((path, pem))
                     })
-                    .collect::<Result<_, ConfigError>>()?;
-                Ok(VerificationRuleConfig {
-                    references: rule.references.clone(),
-                    keys,
-                })
-            })
-            .collect()
+                    .collect::<Result<_, _>>()?,
+            },
+        };
+        // Settings of a client this build does not have are refused, not ignored.
+        #[cfg(not(feature = "oci"))]
+        {
+            let _ = rules;
+            let client = raw.config.is_some()
+                || raw.ca_files.is_some()
+                || raw.registry_ca_files.is_some()
+                || raw.plain_http.is_some();
+            if client {
+                return Err(self.error(
+                    "registry",
+                    "this build of nicpolicy has no OCI registry support (feature oci)",
+                ));
+            }
+        }
+        Ok(RegistryConfig {
+            #[cfg(feature = "oci")]
+            options,
+            require_digest: raw.require_digest.unwrap_or(false),
+            on_unavailable_at_start: raw.on_unavailable_at_start.unwrap_or_default(),
+        })
     }
 
     /// An `oci:` entry's source, at `at`.
@@ -1179,17 +1119,22 @@ reload: {interval: 1s}
             )
         );
         assert!(config.registry.require_digest);
-        assert!(!config.registry.plain_http);
+        assert!(!config.registry.options.plain_http);
         // Paths resolve against the file's directory, and a change to them is a reload.
-        let credentials = config.registry.config.clone().expect("config");
+        let credentials = config
+            .registry
+            .options
+            .docker_config
+            .clone()
+            .expect("config");
         assert!(
             credentials.ends_with("registry/config.json"),
             "{credentials:?}"
         );
         assert!(credentials.is_absolute());
         assert!(config.watched_files().contains(&credentials));
-        assert_eq!(config.registry.ca_files.len(), 1);
-        let mirror = &config.registry.registry_ca_files["mirror.internal:5000"][0];
+        assert_eq!(config.registry.options.ca_files.len(), 1);
+        let mirror = &config.registry.options.registry_ca_files["mirror.internal:5000"][0];
         assert!(mirror.is_absolute() && config.watched_files().contains(mirror));
     }
 
