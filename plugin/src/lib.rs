@@ -14,7 +14,8 @@
 //! - [`capvcd`]: the reference CAPVCD rules as plain functions, to reuse rule by rule;
 //! - [`mutation`]: what defaulting writes back into a machine object (extra networks, the NIC
 //!   plan annotation);
-//! - [`settings`] and [`testing`]: helpers for reading settings and for unit tests;
+//! - [`settings`]: typed settings ([`settings::PolicySettings`]), read and checked by the SDK
+//!   when the host loads the policy; [`testing`]: helpers for unit tests;
 //! - `combine` (feature `lifecycle`): how a chain of policies makes one decision, for the host
 //!   and the playground alike;
 //! - `lifecycle` (feature `lifecycle`): the rules every host applies around a decision so that
@@ -24,18 +25,37 @@
 //! - `kubewarden` (feature `objects`; its waPC exports with feature `kubewarden`): the
 //!   Kubewarden build's settings, messages and entry points.
 //!
-//! A whole policy is one function:
+//! A whole policy is one function of the request and its typed settings; the SDK reads the
+//! settings (`null` means the defaults), refuses unreadable ones with the reason when the host
+//! loads the policy, and never calls the function without them:
 //!
 //! ```
-//! use nicpolicy_plugin::{capvcd, Decision, Request};
+//! use nicpolicy_plugin::{capvcd, Decision, Reason, Request, Role, Violation};
 //!
-//! fn evaluate(request: &Request) -> Decision {
-//!     capvcd::evaluate(request)
+//! /// Every CAPVCD rule, and control-plane machines stay off the DMZ network.
+//! fn evaluate(request: &Request, settings: &capvcd::Settings) -> Decision {
+//!     let mut decision = capvcd::evaluate_with(request, settings);
+//!     if request.machine.role == Role::ControlPlane {
+//!         let spec = request.kind.spec_path();
+//!         for (i, name) in request.machine.extra_ovdc_networks.iter().enumerate() {
+//!             if name == "ext-dmz-net" {
+//!                 decision.violations.push(Violation::new(
+//!                     format!("{spec}.extraOvdcNetworks[{i}]"),
+//!                     Reason::Forbidden,
+//!                     "control-plane machines stay off ext-dmz-net",
+//!                 ));
+//!             }
+//!         }
+//!     }
+//!     decision.finish()
 //! }
 //!
-//! nicpolicy_plugin::export_policy!(evaluate, capvcd::validate_settings);
+//! nicpolicy_plugin::export_policy!(evaluate, settings: capvcd::Settings);
 //! # fn main() {}
 //! ```
+//!
+//! A policy that reads its settings itself gives `export_policy!` a check of the raw JSON
+//! instead ([`export_policy!`] shows both forms).
 //!
 //! Build it with `cargo build --target wasm32-unknown-unknown --profile policy`; the same
 //! function runs natively under `cargo test`.
