@@ -1,6 +1,7 @@
 //! Every reader of a file a user hands to nicpolicy is bounded: a small YAML file whose anchor is
-//! aliased thousands of times (a few tens of kilobytes that expand to millions of nodes) is
-//! refused with the file and the bound, and the process stays small. Peak memory is read from
+//! aliased thousands of times (a few tens of kilobytes that expand to millions of nodes), or a
+//! long value aliased a few dozen times (1 MiB that expands to 64 MiB of text), is refused with
+//! the file and the bound, and the process stays small. Peak memory is read from
 //! the kernel (`wait4`'s `ru_maxrss`), so it covers the whole process, parser included.
 
 use std::fmt::Write as _;
@@ -13,12 +14,13 @@ mod common;
 /// below what the expansion took before the bound (about 300-580 MiB).
 const PEAK_LIMIT_KIB: i64 = 96 * 1024;
 
-/// A 75 KB file: an anchor of 3,000 items aliased 3,000 times, 9 million nodes replayed.
+/// A 40 KB file: an anchor of 3,000 items aliased 3,000 times, 9 million nodes replayed.
 fn alias_file(dir: &Path) -> PathBuf {
     let mut text =
         String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mgmt-net\nanchor: &a\n");
+    // Numbers: nodes without text, so the node bound is the one this file meets first.
     for i in 0..3000 {
-        let _ = writeln!(text, "  - item-{i}");
+        let _ = writeln!(text, "  - {i}");
     }
     text.push_str("copies:\n");
     for _ in 0..3000 {
@@ -28,6 +30,25 @@ fn alias_file(dir: &Path) -> PathBuf {
     std::fs::write(&path, text).expect("write the alias file");
     path
 }
+
+/// A 1 MiB file: one 1 MiB value anchored, and aliased 64 times (64 MiB of text replayed,
+/// 65 nodes: the node bound alone lets it through).
+fn long_alias_file(dir: &Path) -> PathBuf {
+    let mut text = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mgmt-net\ndata:\n  anchor: &a ",
+    );
+    text.push_str(&"n".repeat(1 << 20));
+    text.push_str("\n  copies:\n");
+    for _ in 0..64 {
+        text.push_str("    - *a\n");
+    }
+    let path = dir.join("long-aliases.yaml");
+    std::fs::write(&path, text).expect("write the alias file");
+    path
+}
+
+/// What the bound on the long-value file asks: refused within 64 MiB.
+const LONG_PEAK_LIMIT_KIB: i64 = 64 * 1024;
 
 struct Run {
     code: Option<i32>,
@@ -77,7 +98,9 @@ fn run(args: &[&str]) -> Run {
     }
 }
 
-fn assert_refused(what: &str, args: &[&str], file: &Path) {
+/// `args` exit with an error naming `file` and its bound of `unit` (`nodes`, `bytes`), within
+/// `peak_kib` of resident memory.
+fn assert_refused(what: &str, args: &[&str], file: &Path, unit: &str, peak_kib: i64) {
     let run = run(args);
     assert!(
         run.code.is_some_and(|code| code != 0),
@@ -86,7 +109,7 @@ fn assert_refused(what: &str, args: &[&str], file: &Path) {
         run.output
     );
     assert!(
-        run.output.contains("expands to more than") && run.output.contains("nodes"),
+        run.output.contains("expands to more than") && run.output.contains(unit),
         "{what}: names the bound: {}",
         run.output
     );
@@ -100,10 +123,11 @@ fn assert_refused(what: &str, args: &[&str], file: &Path) {
         run.output
     );
     assert!(
-        run.peak_kib < PEAK_LIMIT_KIB,
-        "{what}: peaked at {} KiB (limit {PEAK_LIMIT_KIB} KiB)",
+        run.peak_kib < peak_kib,
+        "{what}: peaked at {} KiB (limit {peak_kib} KiB)",
         run.peak_kib
     );
+    eprintln!("{what}: refused, peak {} KiB", run.peak_kib);
 }
 
 #[test]
@@ -111,13 +135,27 @@ fn an_aliased_anchor_is_refused_by_every_reader_without_expanding() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds-aliases");
     std::fs::create_dir_all(&dir).expect("test dir");
     let file = alias_file(&dir);
+    refused_by_every_reader(&dir, &file, "nodes", PEAK_LIMIT_KIB);
+}
+
+#[test]
+fn a_long_value_aliased_is_refused_by_every_reader_within_64_mib() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds-long-aliases");
+    std::fs::create_dir_all(&dir).expect("test dir");
+    let file = long_alias_file(&dir);
+    refused_by_every_reader(&dir, &file, "bytes", LONG_PEAK_LIMIT_KIB);
+}
+
+/// Every reader of a user's file (eval's three, review's two, serve's configuration, audit's
+/// and test's folders) refuses `file` naming it and its bound of `unit`, within `peak_kib`.
+fn refused_by_every_reader(dir: &Path, file: &Path, unit: &str, peak_kib: i64) {
     let aliases = file.to_str().expect("utf-8 path");
     let cases_dir = dir.join("cases");
     std::fs::create_dir_all(&cases_dir).expect("case dir");
-    std::fs::copy(&file, cases_dir.join("aliases.yaml")).expect("case file");
+    std::fs::copy(file, cases_dir.join(file.file_name().expect("a file"))).expect("case file");
     let audit_dir = dir.join("audit");
     std::fs::create_dir_all(&audit_dir).expect("audit dir");
-    std::fs::copy(&file, audit_dir.join("aliases.yaml")).expect("audit file");
+    std::fs::copy(file, audit_dir.join(file.file_name().expect("a file"))).expect("audit file");
 
     let machine = "examples/machine.yaml";
     let cluster = "examples/cluster.yaml";
@@ -158,7 +196,7 @@ fn an_aliased_anchor_is_refused_by_every_reader_without_expanding() {
         ),
     ];
     for (what, args) in &readers {
-        assert_refused(what, args, &file);
+        assert_refused(what, args, file, unit, peak_kib);
     }
 }
 

@@ -142,6 +142,14 @@ pub fn max_yaml_nodes(len: usize) -> usize {
     len.saturating_mul(2).saturating_add(10_000)
 }
 
+/// Most bytes of text (scalars and keys) a YAML file of `len` bytes may expand to, aliases
+/// included: twice its size plus 64 KiB. A document's scalars without aliases take fewer bytes
+/// than the file, so this only stops alias expansion of long scalars, which the node bound
+/// does not see (one aliased 1 MiB string is one node: 64 aliases of it are 64 MiB of text).
+pub fn max_yaml_bytes(len: usize) -> usize {
+    len.saturating_mul(2).saturating_add(64 << 10)
+}
+
 /// All the objects in a manifest file.
 #[derive(Clone, Debug)]
 pub struct ManifestFile {
@@ -416,6 +424,8 @@ fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, ManifestError>
     let mut budget = NodeBudget {
         left: max_yaml_nodes(text.len()),
         limit: max_yaml_nodes(text.len()),
+        bytes_left: max_yaml_bytes(text.len()),
+        bytes_limit: max_yaml_bytes(text.len()),
     };
     for document in serde_yaml_ng::Deserializer::from_str(text) {
         serde::de::DeserializeSeed::deserialize(Counted(&mut budget), document)
@@ -455,10 +465,12 @@ pub fn read_text(path: &Path) -> Result<String, ManifestError> {
     })
 }
 
-/// What is left of the nodes a YAML file may expand to.
+/// What is left of the nodes, and of the bytes of text, a YAML file may expand to.
 struct NodeBudget {
     left: usize,
     limit: usize,
+    bytes_left: usize,
+    bytes_limit: usize,
 }
 
 /// Walks one YAML document as serde sees it (aliases replayed) and counts its nodes against
@@ -476,6 +488,23 @@ impl Counted<'_> {
                 "the file expands to more than {} nodes with its YAML aliases replayed, the \
                  bound for a file of its size (an anchor aliased this often is no manifest)",
                 self.0.limit
+            ))),
+        }
+    }
+
+    /// One scalar of `len` bytes of text: a node, and its bytes.
+    fn take_text<E: serde::de::Error>(&mut self, len: usize) -> Result<(), E> {
+        self.take()?;
+        match self.0.bytes_left.checked_sub(len) {
+            Some(left) => {
+                self.0.bytes_left = left;
+                Ok(())
+            }
+            None => Err(E::custom(format!(
+                "the file expands to more than {} bytes of text with its YAML aliases \
+                 replayed, the bound for a file of its size (a long value aliased this often \
+                 is no manifest)",
+                self.0.bytes_limit
             ))),
         }
     }
@@ -512,12 +541,12 @@ impl<'de> serde::de::Visitor<'de> for Counted<'_> {
         self.take()
     }
 
-    fn visit_str<E: serde::de::Error>(mut self, _: &str) -> Result<(), E> {
-        self.take()
+    fn visit_str<E: serde::de::Error>(mut self, text: &str) -> Result<(), E> {
+        self.take_text(text.len())
     }
 
-    fn visit_bytes<E: serde::de::Error>(mut self, _: &[u8]) -> Result<(), E> {
-        self.take()
+    fn visit_bytes<E: serde::de::Error>(mut self, bytes: &[u8]) -> Result<(), E> {
+        self.take_text(bytes.len())
     }
 
     fn visit_none<E: serde::de::Error>(mut self) -> Result<(), E> {
@@ -751,6 +780,25 @@ status:
                 ("VCDMachine", "prod-eu1-md-0-x7k2p"),
                 ("VCDMachineTemplate", "prod-eu1-md-0")
             ]
+        );
+    }
+
+    #[test]
+    fn a_long_value_aliased_past_the_byte_bound_is_refused_before_it_is_built() {
+        let long = "n".repeat(64 << 10);
+        let aliased = |copies: usize| {
+            let mut text = format!("kind: ConfigMap\nanchor: &a {long}\ncopies:\n");
+            text.push_str(&"  - *a\n".repeat(copies));
+            text
+        };
+        // Twice the file and 64 KiB: one copy fits, four do not.
+        assert!(ManifestFile::parse(Path::new("one.yaml"), &aliased(1)).is_ok());
+        let err = ManifestFile::parse(Path::new("four.yaml"), &aliased(4)).expect_err("refused");
+        let text = err.to_string();
+        assert!(text.starts_with("four.yaml"), "{text}");
+        assert!(
+            text.contains("bytes of text with its YAML aliases replayed"),
+            "{text}"
         );
     }
 
