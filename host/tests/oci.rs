@@ -284,6 +284,46 @@ fn a_policy_by_reference_is_evaluated_and_served_from_the_store_while_the_regist
 }
 
 #[test]
+fn a_withdrawn_tag_is_not_served_from_the_store() {
+    let Pushed {
+        registry,
+        dir,
+        tag,
+        immutable,
+        ..
+    } = Pushed::new("withdrawn");
+    let eval = |reference: &str| {
+        eval_by_reference(&dir, "invalid-machine.yaml", reference, &["-o", "json"])
+    };
+    // Pulled once: the store holds it under the tag.
+    let out = eval(&tag);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // The registry answers, and no longer has the tag (its manifest deleted).
+    let (repository, digest) = immutable.split_once('@').expect("host/repo@digest");
+    let path = repository
+        .split_once('/')
+        .map(|(_, repo)| repo)
+        .expect("host/repo");
+    let deleted = reqwest::blocking::Client::new()
+        .delete(format!(
+            "http://{}/v2/{path}/manifests/{digest}",
+            registry.host()
+        ))
+        .send()
+        .expect("the registry answers");
+    assert_eq!(deleted.status().as_u16(), 202, "{deleted:?}");
+    // A registry that answers no is believed: no stored copy stands in for the tag.
+    let out = eval(&tag);
+    assert_exit_saying(&out, 2, &[&tag]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("cannot be reached"), "{said}");
+    assert!(
+        !said.contains(&immutable),
+        "the stored digest is not offered: {said}"
+    );
+}
+
+#[test]
 fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     let Pushed {
         mut registry,

@@ -16,6 +16,7 @@
 //!   only when a cosign signature of its manifest checks with a trusted key ([`signature`]).
 
 pub mod auth;
+pub mod blob;
 pub mod config;
 pub mod fetcher;
 pub mod mirror;
@@ -24,6 +25,7 @@ pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciImageManifest;
@@ -72,6 +74,10 @@ pub enum OciError {
         what: &'static str,
         /// The client's words.
         why: String,
+        /// Whether the registry could not be reached or could not answer (a connection that
+        /// failed or timed out, a 5xx or 429 answer), rather than answered no (404, 401, 403,
+        /// a manifest it refuses): only then may a stored copy stand in for a tag.
+        unreachable: bool,
     },
     /// The artifact is not a Wasm policy in a layout this reads.
     #[error("{reference}: {why}")]
@@ -123,6 +129,31 @@ pub struct RegistryOptions {
     pub registry_ca_files: BTreeMap<String, Vec<PathBuf>>,
     /// The keys pulled modules must be signed with; empty, signatures are not checked.
     pub verification: signature::Verification,
+    /// How long a pull may take.
+    pub timeouts: Timeouts,
+}
+
+/// How long the registry client waits: the time bounds of every request and of a whole pull.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Setting up a connection (TCP and TLS).
+    pub connect: Duration,
+    /// The longest wait for the next bytes of an answer.
+    pub read: Duration,
+    /// A whole pull: the manifest, the module and its signatures. A pull past it is refused as
+    /// a registry that cannot be reached.
+    pub pull: Duration,
+}
+
+impl Default for Timeouts {
+    /// 10 s to connect, 30 s between bytes, 60 s for a pull: a module is at most a few MiB.
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            read: Duration::from_secs(30),
+            pull: Duration::from_secs(60),
+        }
+    }
 }
 
 /// A pulled module.
@@ -220,6 +251,8 @@ fn client(
     let client = Client::new(ClientConfig {
         protocol,
         extra_root_certificates,
+        connect_timeout: Some(options.timeouts.connect),
+        read_timeout: Some(options.timeouts.read),
         ..ClientConfig::default()
     });
     let auth = auth::credentials(&registry, options.docker_config.as_deref())
@@ -248,7 +281,23 @@ fn registry_error<'a>(
             reference: reference.to_string(),
             what,
             why,
+            unreachable: unreachable(&err),
         }
+    }
+}
+
+/// Whether `err` says the registry could not be reached or could not answer now (so that
+/// asking again later may work), as opposed to an answer: a tag withdrawn (404), credentials
+/// refused (401, 403), an artifact the registry will not give.
+fn unreachable(err: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::OciDistributionError as E;
+    let transient = |code: u16| code >= 500 || code == 429;
+    match err {
+        // No status: the request never got an answer (connection, TLS, timeout, body cut).
+        E::RequestError(err) => err.status().is_none_or(|status| transient(status.as_u16())),
+        E::IoError(_) => true,
+        E::ServerError { code, .. } => transient(*code),
+        _ => false,
     }
 }
 
@@ -267,60 +316,90 @@ fn immutable(parsed: &Reference, digest: &str) -> String {
     format!("{}@{digest}", repository(parsed))
 }
 
-/// Pulls the module at `reference`.
+/// Pulls the module at `reference`, within [`Timeouts::pull`]: the manifest, then its one
+/// layer (refused before it is fetched when the manifest names more than one, or declares more
+/// than [`MAX_MODULE_BYTES`](nicpolicy_engine::limits::MAX_MODULE_BYTES)), read to at most the
+/// size it declares and checked against its digest, then the signatures when they are verified.
 ///
 /// # Errors
-/// [`OciError`] naming the reference: the registry's refusal, a layout that is not a Wasm
-/// policy, a layer whose bytes do not match the manifest, bytes that are not WebAssembly.
+/// [`OciError`] naming the reference: the registry's refusal, a pull past its deadline, a
+/// layout that is not a Wasm policy, a layer whose bytes do not match the manifest, bytes that
+/// are not WebAssembly.
 pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, OciError> {
+    let limit = options.timeouts.pull;
+    match tokio::time::timeout(limit, pull_unbounded(reference, options)).await {
+        Ok(pulled) => pulled,
+        Err(_) => Err(OciError::Registry {
+            reference: reference.to_string(),
+            what: "pulling",
+            why: format!(
+                "not finished within {} s (registry.timeouts.pull)",
+                limit.as_secs_f64()
+            ),
+            unreachable: true,
+        }),
+    }
+}
+
+async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pulled, OciError> {
     let parsed = parse_reference(reference)?;
     let (client, auth) = client(reference, &parsed, options)?;
-    let image = client
-        .pull(&parsed, &auth, vec![KUBEWARDEN_LAYER, CNCF_LAYER])
+    let layout_error = |why: String| OciError::Layout {
+        reference: reference.to_string(),
+        why,
+    };
+    let (manifest, manifest_digest) = client
+        .pull_image_manifest(&parsed, &auth)
         .await
         .map_err(registry_error(reference, "pulling"))?;
-    let layout = match image.config.media_type.as_str() {
+    let layout = match manifest.config.media_type.as_str() {
         KUBEWARDEN_CONFIG => Layout::Kubewarden,
         CNCF_CONFIG => Layout::Cncf,
         other => {
-            return Err(OciError::Layout {
-                reference: reference.to_string(),
-                why: format!(
-                    "the artifact's config is {other:?}, not a Wasm policy's ({KUBEWARDEN_CONFIG} or {CNCF_CONFIG})"
-                ),
-            })
+            return Err(layout_error(format!(
+                "the artifact's config is {other:?}, not a Wasm policy's ({KUBEWARDEN_CONFIG} or {CNCF_CONFIG})"
+            )))
         }
     };
-    let manifest = image.manifest.as_ref();
-    let [layer] = image.layers.as_slice() else {
-        return Err(OciError::Layout {
-            reference: reference.to_string(),
-            why: format!(
-                "the artifact has {} layers; a Wasm policy has one",
-                image.layers.len()
-            ),
-        });
+    // Counted before any layer is fetched: an image of 200 layers costs one request.
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(layout_error(format!(
+            "the artifact has {} layers; a Wasm policy has one",
+            manifest.layers.len()
+        )));
     };
-    let expected = manifest
-        .and_then(|m| m.layers.first())
-        .map(|l| l.digest.clone())
-        .unwrap_or_default();
-    let actual = digest_of(&layer.data);
-    if expected != actual {
-        return Err(OciError::Digest {
-            reference: reference.to_string(),
-            expected,
-            actual,
-        });
+    if layer.media_type != KUBEWARDEN_LAYER && layer.media_type != CNCF_LAYER {
+        return Err(layout_error(format!(
+            "the layer is {:?}, not a Wasm module ({KUBEWARDEN_LAYER} or {CNCF_LAYER})",
+            layer.media_type
+        )));
     }
-    if !layer.data.starts_with(b"\0asm") {
-        return Err(OciError::Layout {
-            reference: reference.to_string(),
-            why: "the layer is not a WebAssembly module (it does not start with \\0asm)"
-                .to_string(),
-        });
+    let max = nicpolicy_engine::limits::MAX_MODULE_BYTES as u64;
+    let bytes = match blob::read(&client, &parsed, layer, max).await {
+        Ok(bytes) => bytes,
+        Err(blob::BlobError::Digest { expected, actual }) => {
+            return Err(OciError::Digest {
+                reference: reference.to_string(),
+                expected,
+                actual,
+            })
+        }
+        Err(err @ blob::BlobError::Registry(_)) | Err(err @ blob::BlobError::Broken { .. }) => {
+            return Err(OciError::Registry {
+                reference: reference.to_string(),
+                what: "pulling the module",
+                unreachable: err.unreachable(),
+                why: err.to_string(),
+            })
+        }
+        Err(err) => return Err(layout_error(format!("the module layer: {err}"))),
+    };
+    if !bytes.starts_with(b"\0asm") {
+        return Err(layout_error(
+            "the layer is not a WebAssembly module (it does not start with \\0asm)".to_string(),
+        ));
     }
-    let manifest_digest = image.digest.clone().unwrap_or_default();
+    let layer_digest = layer.digest.clone();
     let (signatures, verified_by) = if options.verification.is_empty() {
         (Vec::new(), None)
     } else {
@@ -337,8 +416,8 @@ pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, 
         (signatures, verified_by)
     };
     Ok(Pulled {
-        bytes: layer.data.to_vec(),
-        layer_digest: actual,
+        bytes,
+        layer_digest,
         immutable: immutable(&parsed, &manifest_digest),
         layout,
         signatures,

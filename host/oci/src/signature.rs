@@ -32,7 +32,7 @@ const PAYLOAD_TYPE: &str = "cosign container image signature";
 const IMAGE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 /// Bounds on what is read from a signature image: a payload is a few hundred bytes, and a
 /// registry that answers more is not a signature store to trust with memory.
-const MAX_PAYLOAD_BYTES: i64 = 64 * 1024;
+const MAX_PAYLOAD_BYTES: u64 = 64 * 1024;
 const MAX_SIGNATURES: usize = 64;
 
 /// One signature: the payload's bytes (JSON text) and the base64 signature of them.
@@ -393,14 +393,17 @@ pub(super) async fn fetch(
         let Some(signature) = annotation(layer) else {
             continue;
         };
-        if layer.media_type != SIGNATURE_LAYER || layer.size > MAX_PAYLOAD_BYTES {
+        if layer.media_type != SIGNATURE_LAYER {
             continue;
         }
-        let mut payload = Vec::new();
-        client.pull_blob(&at, layer, &mut payload).await?;
-        if digest_of(&payload) != layer.digest {
-            continue;
-        }
+        // Read to at most the size the layer declares and the payload bound, whatever the
+        // registry sends: a payload that is not what its descriptor says is no signature.
+        let payload = match super::blob::read(client, &at, layer, MAX_PAYLOAD_BYTES).await {
+            Ok(payload) => payload,
+            Err(super::blob::BlobError::Registry(err)) => return Err(err),
+            Err(super::blob::BlobError::Broken { error, .. }) => return Err(error.into()),
+            Err(_) => continue,
+        };
         if let Ok(payload) = String::from_utf8(payload) {
             signatures.push(Signature {
                 payload,

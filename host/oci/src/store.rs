@@ -6,7 +6,9 @@
 //! layer a reference gave when it was last pulled. A reference by digest
 //! (`host/repo@sha256:...`) never changes what it names, so a stored one is used without asking
 //! the registry; a reference by tag is pulled every time (tags move) and the stored copy serves
-//! only when the registry cannot be reached, with a warning naming the digest it serves. Every
+//! only when the registry cannot be reached (no connection, a timeout, a 5xx or 429 answer), with
+//! a warning naming the digest it serves; a registry that answers no (a tag withdrawn, 404;
+//! credentials refused, 401 or 403) is believed, and nothing stored is used. Every
 //! blob is checked against its name when it is read: a changed file is pulled again, never used.
 //! When signatures are verified, the signatures read with a module are kept in its entry and
 //! checked again, with the keys configured now, every time the stored copy is used: a store
@@ -170,7 +172,13 @@ impl Store {
                     verified_by: pulled.verified_by,
                 })
             }
-            Err(error @ OciError::Registry { .. }) => match self.stored(reference) {
+            // Only an outage lets a stored copy stand in: a registry that answers no (a tag
+            // withdrawn, credentials refused) is believed.
+            Err(
+                error @ OciError::Registry {
+                    unreachable: true, ..
+                },
+            ) => match self.stored(reference) {
                 Some((entry, bytes)) => {
                     let verified_by =
                         entry

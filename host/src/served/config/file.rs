@@ -53,6 +53,15 @@ pub struct Registry {
     pub plain_http: Option<bool>,
     pub require_digest: Option<bool>,
     pub on_unavailable_at_start: Option<UnavailableAtStart>,
+    pub timeouts: Option<RegistryTimeouts>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryTimeouts {
+    pub connect: Option<String>,
+    pub read: Option<String>,
+    pub pull: Option<String>,
 }
 
 #[derive(Deserialize, Default)]

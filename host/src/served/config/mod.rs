@@ -667,6 +667,7 @@ impl Reader<'_> {
                 })
                 .collect(),
             plain_http: raw.plain_http.unwrap_or(false),
+            timeouts: self.timeouts(raw.timeouts.as_ref())?,
             verification: nicpolicy_oci::signature::Verification {
                 rules: rules
                     .iter()
@@ -690,7 +691,8 @@ impl Reader<'_> {
             let client = raw.config.is_some()
                 || raw.ca_files.is_some()
                 || raw.registry_ca_files.is_some()
-                || raw.plain_http.is_some();
+                || raw.plain_http.is_some()
+                || raw.timeouts.is_some();
             if client {
                 return Err(self.error(
                     "registry",
@@ -703,6 +705,24 @@ impl Reader<'_> {
             options,
             require_digest: raw.require_digest.unwrap_or(false),
             on_unavailable_at_start: raw.on_unavailable_at_start.unwrap_or_default(),
+        })
+    }
+
+    /// `registry.timeouts`: how long the registry client waits to connect, between bytes, and
+    /// for a whole pull.
+    #[cfg(feature = "oci")]
+    fn timeouts(
+        &self,
+        raw: Option<&file::RegistryTimeouts>,
+    ) -> Result<nicpolicy_oci::Timeouts, ConfigError> {
+        let defaults = nicpolicy_oci::Timeouts::default();
+        let Some(raw) = raw else {
+            return Ok(defaults);
+        };
+        Ok(nicpolicy_oci::Timeouts {
+            connect: self.duration("registry.timeouts.connect", &raw.connect, defaults.connect)?,
+            read: self.duration("registry.timeouts.read", &raw.read, defaults.read)?,
+            pull: self.duration("registry.timeouts.pull", &raw.pull, defaults.pull)?,
         })
     }
 
@@ -1120,6 +1140,11 @@ reload: {interval: 1s}
         );
         assert!(config.registry.require_digest);
         assert!(!config.registry.options.plain_http);
+        assert_eq!(
+            config.registry.options.timeouts,
+            nicpolicy_oci::Timeouts::default(),
+            "the defaults, unless registry.timeouts says otherwise"
+        );
         // Paths resolve against the file's directory, and a change to them is a reload.
         let credentials = config
             .registry
@@ -1166,6 +1191,10 @@ reload: {interval: 1s}
             (
                 "policies: {VCDMachine: [{builtin: capvcd}]}\nregistry: {plainHTTP: true}",
                 "registry",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\nregistry: {timeouts: {pull: soon}}",
+                "registry.timeouts.pull",
             ),
             (
                 "policies: {VCDMachines: [{builtin: capvcd}]}",
