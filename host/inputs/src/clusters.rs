@@ -50,6 +50,12 @@ pub trait ClusterSource: Send + Sync {
         true
     }
 
+    /// Why the source should not be sent reviews now, for a readiness probe: `None` when it
+    /// can answer well. By default, the caches not synced yet.
+    fn unready_reason(&self) -> Option<String> {
+        (!self.ready()).then(|| "cluster cache not synced yet".to_string())
+    }
+
     /// Names of the VCDClusters in `namespace`, sorted (to tell a machine without a cluster
     /// whether the namespace's only VCDCluster was used).
     fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {

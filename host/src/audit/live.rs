@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use serde_json::Value;
 
+use crate::clusters::live::keep_read_fields;
 use crate::clusters::namespace_of;
 use crate::clusters::versions::{self, VersionError, Wanted};
 use nicpolicy_inputs::manifest::{ManifestFile, Object};
@@ -33,19 +34,19 @@ pub fn wanted<'a>(cluster_api_version: Option<&'a [&'a str; 1]>) -> [Wanted<'a>;
     ]
 }
 
-/// What is kept of an object of `resource`: [`keep_audited_fields`], and of a Machine its
+/// What is kept of an object of `resource`: [`keep_read_fields`], and of a Machine its
 /// metadata alone ([`keep_owner_fields`]).
 pub fn trimmer(resource: &ApiResource) -> fn(&mut DynamicObject) {
     if resource.kind == "Machine" {
         keep_owner_fields
     } else {
-        keep_audited_fields
+        keep_read_fields
     }
 }
 
 /// Of a Machine, what a VCDMachine's judgement reads: its name, namespace and labels.
 pub fn keep_owner_fields(object: &mut DynamicObject) {
-    keep_audited_fields(object);
+    keep_read_fields(object);
     object.metadata.annotations = None;
     object.metadata.owner_references = None;
     object.data = Value::Object(Default::default());
@@ -80,29 +81,6 @@ pub fn object_value(object: &DynamicObject, resource: &ApiResource) -> Value {
         }
     }
     value
-}
-
-/// Annotation kubectl keeps the whole last-applied object in: the largest part of most objects,
-/// and nothing a policy judges.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops what an audit never reads from an object kept in memory: `status`, `managedFields`,
-/// kubectl's last-applied copy and the bookkeeping of metadata. What is left (name, namespace,
-/// uid, labels, annotations, owner references, deletion timestamp, `spec`) is all the policies
-/// and the cluster lookup read, so a machine judged from it is judged as the webhook judges it.
-pub fn keep_audited_fields(object: &mut DynamicObject) {
-    let metadata = &mut object.metadata;
-    metadata.managed_fields = None;
-    metadata.resource_version = None;
-    metadata.creation_timestamp = None;
-    metadata.generation = None;
-    metadata.finalizers = None;
-    if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-    if let Some(data) = object.data.as_object_mut() {
-        data.retain(|key, _| key == "spec");
-    }
 }
 
 /// Objects grouped into one pseudo-file per namespace (named `cluster:NAMESPACE`), so a machine
@@ -210,6 +188,35 @@ mod tests {
 
     use super::*;
     use crate::audit::Inputs;
+    use crate::clusters::live::LAST_APPLIED;
+
+    #[test]
+    fn a_vcdclusters_credentials_and_status_are_not_kept() {
+        let full = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VCDCluster",
+            "metadata": {"name": "prod-eu1", "namespace": "prod-eu1",
+                         "managedFields": [{"manager": "capvcd", "operation": "Update"}]},
+            "spec": {
+                "site": "https://vcd.example.net", "org": "platform", "ovdc": "eu1-ovdc",
+                "ovdcNetwork": "mgmt-net",
+                "userContext": {"username": "capvcd", "password": "x".repeat(1 << 20),
+                                "refreshToken": "y".repeat(1 << 20)}
+            },
+            "status": {"ready": true}
+        });
+        let mut object: DynamicObject = serde_json::from_value(full.clone()).expect("object");
+        keep_read_fields(&mut object);
+        let kept = serde_json::to_value(&object).expect("JSON");
+        assert!(kept["spec"].get("userContext").is_none(), "{kept}");
+        assert!(kept.get("status").is_none());
+        assert!(kept["metadata"].get("managedFields").is_none());
+        assert!(kept.to_string().len() < 1024, "{kept}");
+        // The cluster reads the same from what is kept.
+        assert_eq!(
+            nicpolicy_plugin::objects::cluster_from_object(&kept).expect("a VCDCluster"),
+            nicpolicy_plugin::objects::cluster_from_object(&full).expect("a VCDCluster")
+        );
+    }
 
     #[test]
     fn kept_fields_are_the_ones_an_audit_reads() {
@@ -245,7 +252,7 @@ mod tests {
             "vcdmachines",
         );
         let mut object: DynamicObject = serde_json::from_value(full.clone()).expect("object");
-        keep_audited_fields(&mut object);
+        keep_read_fields(&mut object);
         let kept = object_value(&object, resource);
         assert!(kept.get("status").is_none());
         let metadata = &kept["metadata"];

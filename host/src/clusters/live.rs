@@ -3,7 +3,7 @@
 //! Machine's), so a review never waits on an API call. The webhook and the controller
 //! use it; everything else finds clusters in files ([`super::StaticClusters`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,7 +23,14 @@ use super::{infrastructure_ref, read_vcd_cluster, ClusterSource, LookupError, Ow
 pub struct KubeClusters {
     caches: Arc<OnceLock<Caches>>,
     ready: Arc<AtomicBool>,
+    /// Watches whose last [`WATCH_FAILURES_UNREADY`] attempts all failed.
+    failing: Arc<AtomicUsize>,
 }
+
+/// Failed attempts in a row after which a watch makes the webhook not ready (the watcher backs
+/// off 0.8 s doubling between them, so about 6 s of an API server that cannot be reached), as
+/// the controller's watches do.
+const WATCH_FAILURES_UNREADY: u32 = 3;
 
 /// The caches, once the versions to watch are known.
 struct Caches {
@@ -47,15 +54,16 @@ impl KubeClusters {
     pub fn start(client: kube::Client, cluster_api_version: Option<&str>) -> KubeClusters {
         let caches = Arc::new(OnceLock::new());
         let ready = Arc::new(AtomicBool::new(false));
+        let failing = Arc::new(AtomicUsize::new(0));
         let pinned = cluster_api_version.map(str::to_string);
-        let (slot, flag) = (caches.clone(), ready.clone());
+        let (slot, flag, failures) = (caches.clone(), ready.clone(), failing.clone());
         tokio::spawn(async move {
             let (cluster_resource, vcd_resource, machine_resource) =
                 discover(&client, pinned.as_deref()).await;
-            let clusters = watch(client.clone(), &cluster_resource);
-            let vcd_clusters = watch(client.clone(), &vcd_resource);
-            let machines =
-                machine_resource.map(|resource| (watch_metadata(client, &resource), resource));
+            let clusters = watch(client.clone(), &cluster_resource, failures.clone());
+            let vcd_clusters = watch(client.clone(), &vcd_resource, failures.clone());
+            let machines = machine_resource
+                .map(|resource| (watch_metadata(client, &resource, failures), resource));
             let (a, b) = (clusters.clone(), vcd_clusters.clone());
             let c = machines.as_ref().map(|(store, _)| store.clone());
             let _ = slot.set(Caches {
@@ -78,7 +86,11 @@ impl KubeClusters {
                 tracing::info!("cluster caches synced");
             }
         });
-        KubeClusters { caches, ready }
+        KubeClusters {
+            caches,
+            ready,
+            failing,
+        }
     }
 
     fn caches(&self) -> Result<&Caches, LookupError> {
@@ -131,21 +143,72 @@ async fn discover(
 fn watch_metadata(
     client: kube::Client,
     resource: &ApiResource,
+    failing: Arc<AtomicUsize>,
 ) -> Store<PartialObjectMeta<DynamicObject>> {
     // An Api of PartialObjectMeta asks for metadata only.
-    reflect(Api::all_with(client, resource), resource, |meta| {
-        meta.metadata.managed_fields = None;
-        meta.metadata.annotations = None;
-    })
+    reflect(
+        Api::all_with(client, resource),
+        resource,
+        |meta| {
+            meta.metadata.managed_fields = None;
+            meta.metadata.annotations = None;
+        },
+        failing,
+    )
 }
 
-fn watch(client: kube::Client, resource: &ApiResource) -> Store<DynamicObject> {
-    reflect(Api::all_with(client, resource), resource, |_| {})
+/// A reflector of Clusters or VCDClusters, each kept as [`keep_read_fields`] trims it.
+fn watch(
+    client: kube::Client,
+    resource: &ApiResource,
+    failing: Arc<AtomicUsize>,
+) -> Store<DynamicObject> {
+    reflect(
+        Api::all_with(client, resource),
+        resource,
+        keep_read_fields,
+        failing,
+    )
+}
+
+/// Annotation kubectl keeps the whole last-applied object in: the largest part of most objects,
+/// and nothing a policy judges.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what neither a cluster lookup nor a policy reads from an object kept in memory:
+/// `status`, `managedFields`, kubectl's last-applied copy, the bookkeeping of metadata, and a
+/// VCDCluster's credentials (`spec.userContext`: a password or refresh token, with no length
+/// bound, that nicpolicy has no use for). What is left (name, namespace, uid, labels,
+/// annotations, owner references, deletion timestamp, the rest of `spec`) is all the policies
+/// and the lookup read, so a machine judged from it is judged as from the whole object. The
+/// webhook's caches and the controller's keep objects this way.
+pub fn keep_read_fields(object: &mut DynamicObject) {
+    let metadata = &mut object.metadata;
+    metadata.managed_fields = None;
+    metadata.resource_version = None;
+    metadata.creation_timestamp = None;
+    metadata.generation = None;
+    metadata.finalizers = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(data) = object.data.as_object_mut() {
+        data.retain(|key, _| key == "spec");
+        if let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("userContext");
+        }
+    }
 }
 
 /// A reflector over `api`, each object trimmed by `trim` before it is stored; the watch runs
-/// until the process ends, backing off and relisting on errors (logged).
-fn reflect<K>(api: Api<K>, resource: &ApiResource, trim: fn(&mut K)) -> Store<K>
+/// until the process ends, backing off and relisting on errors (logged). While its last
+/// [`WATCH_FAILURES_UNREADY`] attempts all failed it counts in `failing`.
+fn reflect<K>(
+    api: Api<K>,
+    resource: &ApiResource,
+    trim: fn(&mut K),
+    failing: Arc<AtomicUsize>,
+) -> Store<K>
 where
     K: kube::Resource<DynamicType = ApiResource>
         + Clone
@@ -165,9 +228,24 @@ where
         .applied_objects();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut failures = 0u32;
         while let Some(event) = stream.next().await {
-            if let Err(err) = event {
-                tracing::warn!(kind = %kind, error = %err, "watch error; retrying");
+            match event {
+                Err(err) => {
+                    failures += 1;
+                    tracing::warn!(kind = %kind, error = %err, failures, "watch error; retrying");
+                    if failures == WATCH_FAILURES_UNREADY {
+                        failing.fetch_add(1, Ordering::AcqRel);
+                        tracing::warn!(kind = %kind, "the watch keeps failing: not ready until it recovers");
+                    }
+                }
+                Ok(_) => {
+                    if failures >= WATCH_FAILURES_UNREADY {
+                        failing.fetch_sub(1, Ordering::AcqRel);
+                        tracing::info!(kind = %kind, "the watch recovered");
+                    }
+                    failures = 0;
+                }
             }
         }
     });
@@ -245,6 +323,22 @@ impl ClusterSource for KubeClusters {
 
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Not synced yet, or a watch that keeps failing: lookups still answer from the caches
+    /// (the last state the API server gave), while the probe takes this replica out of the
+    /// Service until the watches recover.
+    fn unready_reason(&self) -> Option<String> {
+        if !self.ready() {
+            return Some("cluster cache not synced yet".to_string());
+        }
+        match self.failing.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(format!(
+                "{n} cluster watch(es) keep failing (the API server cannot be reached); the \
+                 caches may be stale"
+            )),
+        }
     }
 
     fn vcd_clusters_in(&self, namespace: &str) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! `nicpolicy controller`: continuous audit in the cluster. Watch-fed caches (kube-runtime
 //! reflectors) of VCDMachines, VCDMachineTemplates, Clusters, VCDClusters, ClusterClasses and
 //! VCDClusterTemplates, holding only the fields an audit reads
-//! ([`live::keep_audited_fields`]); any change to one of them queues its namespace, so a Cluster or
+//! ([`crate::clusters::live::keep_read_fields`]); any change to one of them queues its namespace, so a Cluster or
 //! VCDCluster change re-evaluates every machine of its cluster. A queued namespace is evaluated
 //! with the same chains as `nicpolicy serve` (and an optional candidate chain) through
 //! [`crate::audit`], one namespace at a time (so memory follows the largest namespace, not the

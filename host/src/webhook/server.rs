@@ -411,8 +411,8 @@ impl crate::probes::Probed for App {
         if !self.accepting.load(Ordering::Acquire) {
             return Err("shutting down".into());
         }
-        if !self.reviewer.clusters().ready() {
-            return Err("cluster cache not synced yet".into());
+        if let Some(why) = self.reviewer.clusters().unready_reason() {
+            return Err(why);
         }
         let served = self.reviewer.policies().get();
         if served.degraded() {
