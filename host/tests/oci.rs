@@ -324,6 +324,73 @@ fn a_withdrawn_tag_is_not_served_from_the_store() {
 }
 
 #[test]
+fn a_swapped_or_exposed_store_entry_is_not_served() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let Pushed {
+        mut registry,
+        dir,
+        immutable,
+        ..
+    } = Pushed::new("swapped");
+    let eval = || eval_by_reference(&dir, "invalid-machine.yaml", &immutable, &["-o", "json"]);
+    let first = eval();
+    assert_eq!(first.status.code(), Some(1), "{}", text(&first));
+    registry.stop();
+    // With the registry down, the stored copy serves the digest.
+    let out = eval();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.stdout, first.stdout);
+
+    let store = dir.join("cache/oci");
+    let entry_path = store
+        .join("refs")
+        .join(format!("{:x}.json", Sha256::digest(immutable.as_bytes())));
+    let original = std::fs::read(&entry_path).expect("the entry");
+    let write_private = |path: &Path, bytes: &[u8]| {
+        std::fs::write(path, bytes).expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    };
+    // Someone who can write the store puts another module under the same digest: a blob of
+    // its own, and an entry (and a manifest) naming it. The signed manifest's digest no longer
+    // matches, and the module is not used.
+    let (_, other) = registry::export(&dir, "role-based");
+    let other_layer = format!("sha256:{:x}", Sha256::digest(&other));
+    write_private(
+        &store
+            .join("blobs/sha256")
+            .join(other_layer.trim_start_matches("sha256:")),
+        &other,
+    );
+    let mut entry: serde_json::Value = serde_json::from_slice(&original).expect("JSON");
+    let real_layer = entry["layer"].as_str().expect("a layer").to_string();
+    let manifest = entry["manifest"]
+        .as_str()
+        .expect("the manifest kept")
+        .to_string();
+    assert!(manifest.contains(&real_layer), "{manifest}");
+    entry["layer"] = other_layer.clone().into();
+    write_private(&entry_path, entry.to_string().as_bytes());
+    let out = eval();
+    assert_exit_saying(&out, 2, &[&immutable]);
+    entry["manifest"] = manifest.replace(&real_layer, &other_layer).into();
+    write_private(&entry_path, entry.to_string().as_bytes());
+    let out = eval();
+    assert_exit_saying(&out, 2, &[&immutable]);
+
+    // The real entry back, in a directory others may write: not used either.
+    write_private(&entry_path, &original);
+    let refs = store.join("refs");
+    std::fs::set_permissions(&refs, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let out = eval();
+    assert_exit_saying(&out, 2, &[&immutable]);
+    std::fs::set_permissions(&refs, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let out = eval();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.stdout, first.stdout);
+}
+
+#[test]
 fn the_webhook_configuration_serves_a_policy_by_digest_through_an_outage() {
     let Pushed {
         mut registry,

@@ -163,6 +163,9 @@ pub struct Pulled {
     pub bytes: Vec<u8>,
     /// `sha256:...` of the layer (the module's sha256 with the prefix).
     pub layer_digest: String,
+    /// The manifest's bytes, as the registry sent them (their digest is the immutable
+    /// reference's).
+    pub manifest: Vec<u8>,
     /// The immutable reference of what was pulled: `host/repo@sha256:...` (the manifest's).
     pub immutable: String,
     /// Which layout it was in.
@@ -348,10 +351,30 @@ async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pu
         reference: reference.to_string(),
         why,
     };
-    let (manifest, manifest_digest) = client
-        .pull_image_manifest(&parsed, &auth)
+    // The manifest as the registry sent it: the store keeps these bytes, which prove which
+    // layer the digest names.
+    let (manifest_bytes, _) = client
+        .pull_manifest_raw(
+            &parsed,
+            &auth,
+            &[
+                oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+                oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+            ],
+        )
         .await
         .map_err(registry_error(reference, "pulling"))?;
+    let manifest_digest = digest_of(&manifest_bytes);
+    if parsed
+        .digest()
+        .is_some_and(|digest| digest != manifest_digest)
+    {
+        return Err(layout_error(format!(
+            "the registry's manifest has digest {manifest_digest}, not the one the reference names"
+        )));
+    }
+    let manifest: OciImageManifest = serde_json::from_slice(&manifest_bytes)
+        .map_err(|err| layout_error(format!("the manifest is not an image manifest: {err}")))?;
     let layout = match manifest.config.media_type.as_str() {
         KUBEWARDEN_CONFIG => Layout::Kubewarden,
         CNCF_CONFIG => Layout::Cncf,
@@ -418,6 +441,7 @@ async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pu
     Ok(Pulled {
         bytes,
         layer_digest,
+        manifest: manifest_bytes.to_vec(),
         immutable: immutable(&parsed, &manifest_digest),
         layout,
         signatures,

@@ -10,6 +10,10 @@
 //! a warning naming the digest it serves; a registry that answers no (a tag withdrawn, 404;
 //! credentials refused, 401 or 403) is believed, and nothing stored is used. Every
 //! blob is checked against its name when it is read: a changed file is pulled again, never used.
+//! Each entry keeps the manifest it was pulled with, and the store proves itself on every read:
+//! its directories and files are the user's own and private (the compiled-module cache's
+//! checks), the manifest hashes to the digest of the reference (and of the immutable reference
+//! recorded), and its one layer is the stored module. A digest never pulled is never served.
 //! When signatures are verified, the signatures read with a module are kept in its entry and
 //! checked again, with the keys configured now, every time the stored copy is used: a store
 //! cannot vouch for a module, and a key taken out of the configuration stops its modules even
@@ -28,6 +32,11 @@ struct Entry {
     reference: String,
     /// The immutable reference (`host/repo@sha256:<manifest>`) last pulled for it.
     immutable: String,
+    /// The manifest's bytes (JSON), whose digest is the immutable reference's and whose one
+    /// layer is the module: what ties the stored bytes to what was signed. Empty in entries of
+    /// stores written before it was kept, which are then pulled again.
+    #[serde(default)]
+    manifest: String,
     /// `sha256:<hex>` of the module.
     layer: String,
     /// The signatures read with it (when signatures were verified).
@@ -97,35 +106,107 @@ impl Store {
             .join(layer.trim_start_matches("sha256:"))
     }
 
-    /// The stored module of `reference`, if any, checked against its digest.
+    /// The stored module of `reference`, if the store proves it: the store's directory and
+    /// files private to this user (as the compiled-module cache requires), the entry's manifest
+    /// hashing to the immutable reference's digest (and to the reference's own, when it names
+    /// one), that manifest's one layer being the stored bytes. Anything else is not used, and
+    /// said in the log: a store cannot vouch for itself.
     fn stored(&self, reference: &str) -> Option<(Entry, Vec<u8>)> {
-        let text = std::fs::read(self.ref_path(reference)).ok()?;
-        let entry: Entry = serde_json::from_slice(&text).ok()?;
+        match self.proven(reference) {
+            Ok(stored) => stored,
+            Err(why) => {
+                tracing::warn!(reference, dir = %self.dir.display(), why, "the stored module is not used");
+                None
+            }
+        }
+    }
+
+    /// [`Store::stored`]: `Ok(None)` when nothing is stored, `Err` when what is stored is not
+    /// proven.
+    fn proven(&self, reference: &str) -> Result<Option<(Entry, Vec<u8>)>, String> {
+        use nicpolicy_engine::cache::{check_private, Entry as Kind};
+        let path = self.ref_path(reference);
+        if !path.exists() {
+            return Ok(None);
+        }
+        for (dir, kind) in [
+            (&self.dir, Kind::Directory),
+            (&self.dir.join("refs"), Kind::Directory),
+            (&path, Kind::File),
+        ] {
+            check_private(dir, kind)?;
+        }
+        let text = nicpolicy_inputs::files::read_at_most(&path, 1 << 20)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+        let entry: Entry =
+            serde_json::from_slice(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+        if entry.reference != reference {
+            return Err(format!(
+                "{} is the entry of another reference",
+                path.display()
+            ));
+        }
+        let manifest_digest = digest_of(entry.manifest.as_bytes());
+        let named = entry.immutable.split_once('@').map(|(_, digest)| digest);
+        if named != Some(manifest_digest.as_str()) {
+            return Err(format!(
+                "the stored manifest has digest {manifest_digest}, not {}'s",
+                entry.immutable
+            ));
+        }
+        if let Some((_, digest)) = reference.split_once('@') {
+            if digest != manifest_digest {
+                return Err(format!("the stored manifest is not {reference}'s"));
+            }
+        }
+        let manifest: oci_client::manifest::OciImageManifest =
+            serde_json::from_str(&entry.manifest)
+                .map_err(|err| format!("the stored manifest: {err}"))?;
+        match manifest.layers.as_slice() {
+            [layer] if layer.digest == entry.layer => {}
+            _ => {
+                return Err(format!(
+                    "the stored manifest's layer is not the stored module {}",
+                    entry.layer
+                ))
+            }
+        }
+        let blob = self.blob_path(&entry.layer);
+        for dir in [self.dir.join("blobs"), self.dir.join("blobs/sha256")] {
+            check_private(&dir, Kind::Directory)?;
+        }
+        check_private(&blob, Kind::File)?;
         let bytes = nicpolicy_inputs::files::read_at_most(
-            &self.blob_path(&entry.layer),
+            &blob,
             nicpolicy_engine::limits::MAX_MODULE_BYTES as u64,
         )
-        .ok()?;
-        (entry.reference == reference && digest_of(&bytes) == entry.layer).then_some((entry, bytes))
+        .map_err(|err| format!("{}: {err}", blob.display()))?;
+        if digest_of(&bytes) != entry.layer {
+            return Err(format!("{} has changed", blob.display()));
+        }
+        Ok(Some((entry, bytes)))
     }
 
     fn remember(&self, reference: &str, pulled: &Pulled) -> std::io::Result<()> {
-        private_dir(&self.dir)?;
-        let blob = self.blob_path(&pulled.layer_digest);
-        if let Some(parent) = blob.parent() {
-            std::fs::create_dir_all(parent)?;
+        // Every directory and file private, as the reader requires.
+        for dir in [
+            self.dir.clone(),
+            self.dir.join("blobs"),
+            self.dir.join("blobs/sha256"),
+            self.dir.join("refs"),
+        ] {
+            private_dir(&dir)?;
         }
+        let blob = self.blob_path(&pulled.layer_digest);
         write_atomically(&blob, &pulled.bytes)?;
         let entry = Entry {
             reference: reference.to_string(),
             immutable: pulled.immutable.clone(),
+            manifest: String::from_utf8_lossy(&pulled.manifest).into_owned(),
             layer: pulled.layer_digest.clone(),
             signatures: pulled.signatures.clone(),
         };
         let path = self.ref_path(reference);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
         let text = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
         write_atomically(&path, &text)
     }
@@ -223,6 +304,13 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 /// or the new one, never half of one.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    // Readable and writable by the owner only, whatever the umask.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&temporary)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    drop(file);
     std::fs::rename(&temporary, path)
 }
