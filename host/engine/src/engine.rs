@@ -100,7 +100,21 @@ impl Host {
     /// # Errors
     /// [`HostError::Engine`] when Wasmtime refuses the configuration (for example, not enough
     /// address space for the pool), [`HostError::Ticker`] when the ticker thread cannot start.
-    pub fn new(config: HostConfig) -> Result<Host, HostError> {
+    pub fn new(mut config: HostConfig) -> Result<Host, HostError> {
+        // Resetting only the pages an instance dirtied (PAGEMAP_SCAN) misses a dirty page the
+        // kernel swapped out (wasmtime#14357): the next instance in the slot could read it.
+        // Where this process may be swapped, every freed page is given back instead.
+        if config.pooling && config.reset_dirty_pages_only {
+            if let Some(why) = swap_possible() {
+                tracing::warn!(
+                    why,
+                    "this process may be swapped: freed instance memory is given back whole \
+                     (no dirty-page reset), which costs 15-25 us per evaluation (docs/benchmarks.md)"
+                );
+                config.reset_dirty_pages_only = false;
+                config.keep_resident_bytes = 0;
+            }
+        }
         let engine = Engine::new(&engine_config(&config))
             .map_err(|err| HostError::Engine(format!("{err:#}")))?;
         spawn_ticker(&engine, config.epoch_tick)?;
@@ -195,4 +209,62 @@ fn spawn_ticker(engine: &Engine, tick: Duration) -> Result<(), HostError> {
         })
         .map(drop)
         .map_err(HostError::Ticker)
+}
+
+/// Whether this process's memory may be swapped out, and why: the machine has swap
+/// (`/proc/meminfo` `SwapTotal`) and the process's cgroup does not forbid it (cgroup v2
+/// `memory.swap.max` other than `0`; Kubernetes sets `0` for Guaranteed pods and under
+/// `NoSwap`). `None` on machines without swap and where it cannot be read.
+pub fn swap_possible() -> Option<String> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let swap_max = std::fs::read_to_string("/sys/fs/cgroup/memory.swap.max").ok();
+    swap_possible_from(&meminfo, swap_max.as_deref())
+}
+
+/// [`swap_possible`] from the text of `/proc/meminfo` and of the cgroup's `memory.swap.max`.
+fn swap_possible_from(meminfo: &str, cgroup_swap_max: Option<&str>) -> Option<String> {
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("SwapTotal:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())?;
+    if total_kib == 0 {
+        return None;
+    }
+    match cgroup_swap_max.map(str::trim) {
+        Some("0") => None,
+        Some(max) => Some(format!(
+            "{total_kib} KiB of swap, and the cgroup's memory.swap.max is {max}"
+        )),
+        None => Some(format!(
+            "{total_kib} KiB of swap, and no cgroup v2 limit on it"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swap_possible_from;
+
+    const WITH_SWAP: &str =
+        "MemTotal:       16384000 kB\nSwapTotal:       4194300 kB\nSwapFree:        4194300 kB\n";
+    const WITHOUT_SWAP: &str = "MemTotal:       16384000 kB\nSwapTotal:             0 kB\n";
+
+    #[test]
+    fn swap_counts_where_the_machine_has_it_and_the_cgroup_allows_it() {
+        // No swap on the machine: whatever the cgroup says.
+        assert_eq!(swap_possible_from(WITHOUT_SWAP, Some("max\n")), None);
+        // Swap, and a Burstable pod under LimitedSwap (a byte limit) or no cgroup v2 file.
+        let limited = swap_possible_from(WITH_SWAP, Some("134217728\n")).expect("swappable");
+        assert!(
+            limited.contains("4194300 KiB") && limited.contains("134217728"),
+            "{limited}"
+        );
+        assert!(swap_possible_from(WITH_SWAP, Some("max")).is_some());
+        assert!(swap_possible_from(WITH_SWAP, None).is_some());
+        // Swap on the machine, none for this cgroup (Guaranteed pods, NoSwap).
+        assert_eq!(swap_possible_from(WITH_SWAP, Some("0\n")), None);
+        // Unreadable: not claimed.
+        assert_eq!(swap_possible_from("garbage", None), None);
+    }
 }
