@@ -11,10 +11,12 @@
 //! review of ordinary size is read and answered at once however many stalled large bodies
 //! wait for room.
 
+use std::collections::HashMap;
 use std::future::{ready, Future, Ready};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -46,25 +48,75 @@ pub const HTTP2_STREAM_WINDOW: u32 = 128 << 10;
 /// Reviews one HTTP/2 connection may have open at once.
 pub const HTTP2_MAX_STREAMS: u32 = 32;
 
-/// Accepts a connection while fewer than the cap are open, and closes it at once otherwise
-/// (counted in `nicpolicy_connections_refused_total`). An accepted connection is closed after
-/// `idle` without a byte from the client.
+/// Accepts a connection while fewer than the cap are open, and fewer than the per-client cap
+/// from its address, and closes it at once otherwise (counted in
+/// `nicpolicy_connections_refused_total`). An accepted connection is closed after `idle`
+/// without a byte from the client.
 #[derive(Clone)]
 pub struct ConnectionLimit {
     open: Arc<Semaphore>,
+    /// Connections open per client address, against `per_client`.
+    clients: Clients,
+    per_client: usize,
     idle: Duration,
     open_gauge: Gauge,
     refused: Counter,
 }
 
 impl ConnectionLimit {
-    /// At most `max` connections open at once.
-    pub fn new(max: usize, idle: Duration, metrics: &Metrics) -> ConnectionLimit {
+    /// At most `max` connections open at once, `per_client` of them from one address.
+    pub fn new(
+        max: usize,
+        per_client: usize,
+        idle: Duration,
+        metrics: &Metrics,
+    ) -> ConnectionLimit {
         ConnectionLimit {
             open: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            clients: Arc::new(Mutex::new(HashMap::new())),
+            per_client,
             idle,
             open_gauge: metrics.connections_open.clone(),
             refused: metrics.connections_refused.clone(),
+        }
+    }
+
+    /// Takes a place for a connection from `client`, or `None` when it holds its share.
+    fn take_client_place(&self, client: Option<IpAddr>) -> Option<ClientPlace> {
+        let Some(address) = client else {
+            // No peer address (not TCP/IP): only the global cap applies.
+            return Some(ClientPlace { held: None });
+        };
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = clients.entry(address).or_insert(0);
+        if *count >= self.per_client {
+            return None;
+        }
+        *count += 1;
+        Some(ClientPlace {
+            held: Some((address, self.clients.clone())),
+        })
+    }
+}
+
+/// Connections open per client address.
+type Clients = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// A connection's place in its client's share, given back when the connection is gone.
+struct ClientPlace {
+    held: Option<(IpAddr, Clients)>,
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        if let Some((address, clients)) = self.held.take() {
+            let mut clients = clients.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(count) = clients.get_mut(&address) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    clients.remove(&address);
+                }
+            }
         }
     }
 }
@@ -75,6 +127,14 @@ impl<S> Accept<TcpStream, S> for ConnectionLimit {
     type Future = Ready<io::Result<(Self::Stream, S)>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        // A client past its share is refused before it can take a place of the global cap:
+        // one address cannot hold every connection and lock kube-apiserver out.
+        let Some(client) = self.take_client_place(stream.peer_addr().ok().map(|a| a.ip())) else {
+            self.refused.inc();
+            return ready(Err(io::Error::other(
+                "connection refused: the client holds connections.maxPerClient connections",
+            )));
+        };
         match self.open.clone().try_acquire_owned() {
             Ok(permit) => {
                 // No Nagle: a response's last small TLS segment would otherwise wait for the
@@ -90,6 +150,7 @@ impl<S> Accept<TcpStream, S> for ConnectionLimit {
                         deadline: Box::pin(tokio::time::sleep(self.idle)),
                         _open: OpenConnection {
                             _permit: permit,
+                            _client: client,
                             gauge: self.open_gauge.clone(),
                         },
                     },
@@ -110,6 +171,7 @@ impl<S> Accept<TcpStream, S> for ConnectionLimit {
 /// Holds a connection's place under the cap until the connection is gone.
 struct OpenConnection {
     _permit: OwnedSemaphorePermit,
+    _client: ClientPlace,
     gauge: Gauge,
 }
 
@@ -304,9 +366,59 @@ mod tests {
             !stream.nodelay().expect("readable option"),
             "Nagle is the default"
         );
-        let limit = ConnectionLimit::new(4, Duration::from_secs(30), &Metrics::new());
+        let limit = ConnectionLimit::new(4, 4, Duration::from_secs(30), &Metrics::new());
         let (limited, ()) = limit.accept(stream, ()).await.expect("under the cap");
         assert!(limited.inner.nodelay().expect("readable option"));
+    }
+
+    #[tokio::test]
+    async fn one_client_holds_at_most_its_share_and_others_still_get_in() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let address = listener.local_addr().expect("its address");
+        let metrics = Metrics::new();
+        // Four in all, two per client.
+        let limit = ConnectionLimit::new(4, 2, Duration::from_secs(30), &metrics);
+        let mut accepted = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(
+                tokio::net::TcpStream::connect(address)
+                    .await
+                    .expect("connected"),
+            );
+            let (stream, _) = listener.accept().await.expect("accepted");
+            accepted.push(limit.accept(stream, ()).await);
+        }
+        assert!(accepted[0].is_ok() && accepted[1].is_ok());
+        let third = accepted
+            .pop()
+            .expect("three")
+            .err()
+            .expect("over its share");
+        assert!(
+            third.to_string().contains("connections.maxPerClient"),
+            "{third}"
+        );
+        assert_eq!(metrics.connections_refused.get(), 1);
+        // Another address (127.0.0.2 is loopback too) still gets in.
+        let other = tokio::net::TcpSocket::new_v4().expect("a socket");
+        other
+            .bind("127.0.0.2:0".parse().expect("an address"))
+            .expect("bound to another loopback address");
+        let _other = other.connect(address).await.expect("connected");
+        let (stream, _) = listener.accept().await.expect("accepted");
+        assert!(limit.accept(stream, ()).await.is_ok(), "another client");
+        // A closed connection gives its place back.
+        accepted.pop();
+        clients.push(
+            tokio::net::TcpStream::connect(address)
+                .await
+                .expect("connected"),
+        );
+        let (stream, _) = listener.accept().await.expect("accepted");
+        assert!(limit.accept(stream, ()).await.is_ok(), "a place given back");
     }
 
     #[tokio::test]

@@ -476,6 +476,7 @@ impl Server {
             .handshake_timeout(limits.read_timeout)
             .acceptor(ConnectionLimit::new(
                 limits.max,
+                limits.max_per_client,
                 limits.idle_timeout,
                 app.reviewer.metrics(),
             ));

@@ -87,6 +87,7 @@ pub struct Provisioner {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Connections {
     pub max: Option<usize>,
+    pub max_per_client: Option<usize>,
     pub read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub max_buffered_bytes: Option<Size>,

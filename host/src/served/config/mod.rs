@@ -87,6 +87,7 @@ pub const DEFAULTS: Defaults = Defaults {
     nic_plan_annotation: true,
     connections: Connections {
         max: 128,
+        max_per_client: 32,
         read_timeout: Duration::from_secs(2),
         idle_timeout: Duration::from_secs(30),
         max_buffered_bytes: 64 << 20,
@@ -99,6 +100,9 @@ pub const DEFAULTS: Defaults = Defaults {
 pub struct Connections {
     /// `max`: connections open at once; more are closed when accepted.
     pub max: usize,
+    /// `maxPerClient`: connections open at once from one client address, so that one client
+    /// cannot take every place and lock kube-apiserver out.
+    pub max_per_client: usize,
     /// `readTimeout`: the TLS handshake, and the reading of one request body (time spent
     /// waiting for room in `maxBufferedBytes` not counted, and bounded by it too).
     pub read_timeout: Duration,
@@ -987,8 +991,14 @@ impl Reader<'_> {
                 ),
             ));
         }
+        let max_per_client = match raw.max_per_client {
+            Some(0) => return Err(self.error("connections.maxPerClient", "must be at least 1")),
+            Some(n) => n,
+            None => default.max_per_client.min(max),
+        };
         Ok(Connections {
             max,
+            max_per_client,
             read_timeout,
             idle_timeout,
             max_buffered_bytes,
