@@ -477,6 +477,38 @@ fn the_webhook_reloads_to_a_new_digest_and_keeps_serving_when_a_pull_fails() {
         "the pull is logged with its digest:\n{}",
         Serving::log(&dir)
     );
+    // What generation 1 used and generation 2 does not is gone from the cache and the store:
+    // the role-based module's compiled file is the only one of the server's engine, and the
+    // store holds its reference and module alone.
+    let role_sha256 = format!(
+        "{:x}",
+        Sha256::digest(std::fs::read(dir.join("role-based.wasm")).expect("exported"))
+    );
+    let names = |at: &Path| -> Vec<String> {
+        std::fs::read_dir(at)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cache = dir.join("cache");
+    let compiled = names(&cache);
+    let suffix = compiled
+        .iter()
+        .find_map(|name| name.strip_prefix(&role_sha256))
+        .expect("the role-based module compiled in the cache")
+        .to_string();
+    let same_engine: Vec<&String> = compiled.iter().filter(|n| n.ends_with(&suffix)).collect();
+    assert_eq!(same_engine.len(), 1, "{compiled:?}");
+    assert_eq!(names(&cache.join("oci/refs")).len(), 1);
+    assert_eq!(
+        names(&cache.join("oci/blobs/sha256")),
+        std::slice::from_ref(&role_sha256),
+        "only the module generation 2 serves"
+    );
 
     // The registry is down and the next digest was never pulled: the reload fails, counted,
     // and generation 2 keeps serving.

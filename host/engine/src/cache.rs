@@ -85,6 +85,32 @@ impl ModuleCache {
             .join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
     }
 
+    /// Removes the modules compiled for `engine` whose digest is not in `keep` (sha256, hex),
+    /// and answers how many went. Files of other engines (another Wasmtime build or shape,
+    /// perhaps another process's) and anything that is not a compiled module are left alone; a
+    /// file that cannot be removed is skipped. A server calls this after a reload, so that the
+    /// cache does not grow with every module version it ever served.
+    pub fn prune(&self, engine: &Engine, keep: &std::collections::BTreeSet<String>) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let suffix = format!("-{:016x}.cwasm", hasher.finish());
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(sha256) = name.to_str().and_then(|n| n.strip_suffix(&suffix)) else {
+                continue;
+            };
+            let is_digest = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if is_digest && !keep.contains(sha256) && std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Loads the precompiled module of the module whose digest is `sha256`, or compiles it with
     /// `compile` (see [`compile_within`] and [`crate::compiler`]) and stores it.
     ///

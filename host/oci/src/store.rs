@@ -211,6 +211,49 @@ impl Store {
         write_atomically(&path, &text)
     }
 
+    /// Removes the entries of references not in `keep`, then the modules no entry left names,
+    /// and answers how many of each went. A server calls this after a reload, so that the store
+    /// holds what its configuration names (the stored copies an outage needs) and not every
+    /// module it ever pulled.
+    pub fn prune(&self, keep: &std::collections::BTreeSet<String>) -> (usize, usize) {
+        let mut named = std::collections::BTreeSet::new();
+        let mut entries_removed = 0;
+        if let Ok(refs) = std::fs::read_dir(self.dir.join("refs")) {
+            for file in refs.flatten() {
+                let path = file.path();
+                let entry = std::fs::read(&path)
+                    .ok()
+                    .and_then(|text| serde_json::from_slice::<Entry>(&text).ok());
+                match entry {
+                    Some(entry)
+                        if !keep.contains(&entry.reference)
+                            && std::fs::remove_file(&path).is_ok() =>
+                    {
+                        entries_removed += 1;
+                    }
+                    // Kept (or not removable): its module stays.
+                    Some(entry) => {
+                        named.insert(entry.layer.trim_start_matches("sha256:").to_string());
+                    }
+                    // Unreadable: nothing to keep for it.
+                    None => {}
+                }
+            }
+        }
+        let mut blobs_removed = 0;
+        if let Ok(blobs) = std::fs::read_dir(self.dir.join("blobs/sha256")) {
+            for file in blobs.flatten() {
+                let name = file.file_name().to_string_lossy().into_owned();
+                let is_digest = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+                if is_digest && !named.contains(&name) && std::fs::remove_file(file.path()).is_ok()
+                {
+                    blobs_removed += 1;
+                }
+            }
+        }
+        (entries_removed, blobs_removed)
+    }
+
     /// The module of `reference`: stored (a digest reference), pulled (and stored), or, when
     /// the registry cannot be reached, stored from an earlier pull.
     ///

@@ -64,6 +64,50 @@ pub struct Served {
     fingerprint: Fingerprint,
 }
 
+/// Removes from the host's compiled-module cache and module store what `served` (the snapshot
+/// about to serve) does not use: the cache and the store otherwise grow with every module
+/// version a server ever loaded, until the pod's volume is full and it is evicted.
+fn prune(host: &Host, served: &Served) {
+    let Some(cache) = host.cache() else {
+        return;
+    };
+    let keep: std::collections::BTreeSet<String> = served
+        .chains
+        .values()
+        .flat_map(|chain| chain.policies())
+        .map(|policy| policy.info().sha256.clone())
+        .collect();
+    let compiled = cache.prune(host.engine(), &keep);
+    #[cfg(feature = "oci")]
+    let (entries, modules) = {
+        let references: std::collections::BTreeSet<String> = served
+            .config
+            .policies
+            .values()
+            .flatten()
+            .filter_map(|entry| match &entry.spec.source {
+                crate::spec::PolicySource::Fetched { scheme, reference }
+                    if scheme == nicpolicy_oci::fetcher::SCHEME =>
+                {
+                    Some(reference.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        nicpolicy_oci::store::Store::new(cache.dir().join("oci")).prune(&references)
+    };
+    #[cfg(not(feature = "oci"))]
+    let (entries, modules) = (0, 0);
+    if compiled + entries + modules > 0 {
+        tracing::info!(
+            compiled,
+            stored_references = entries,
+            stored_modules = modules,
+            "removed what the new generation does not use from the module cache and store"
+        );
+    }
+}
+
 impl Served {
     /// Loads every policy of `config` (compiled or from the cache, ABI-checked, settings
     /// validated) and reads the inventory.
@@ -320,6 +364,7 @@ impl ServedPolicies {
             Ok(served) if changed || served.unavailable.len() < current.unavailable.len() => {
                 let generation = served.generation;
                 let unavailable = served.unavailable.len();
+                prune(host, &served);
                 self.swap(served);
                 state.refused = None;
                 observer.reloaded(true);

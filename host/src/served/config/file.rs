@@ -58,6 +58,8 @@ pub struct Registry {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Read only by a build with registry support; without one, the section is refused whole.
+#[cfg_attr(not(feature = "oci"), allow(dead_code))]
 pub struct RegistryTimeouts {
     pub connect: Option<String>,
     pub read: Option<String>,
