@@ -140,11 +140,13 @@ pub async fn run(
     options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ControllerError> {
-    let served = load(&host, options.config.clone(), "configuration")?;
+    // With a candidate, both snapshots use one host's cache and store: neither prunes them.
+    let sharing = options.candidate.is_some();
+    let served = load(&host, options.config.clone(), "configuration", sharing)?;
     let candidate = options
         .candidate
         .clone()
-        .map(|config| load(&host, config, "candidate configuration"))
+        .map(|config| load(&host, config, "candidate configuration", sharing))
         .transpose()?;
     let shared = Arc::new(Shared {
         queue: Mutex::new(BTreeSet::new()),
@@ -233,9 +235,14 @@ fn load(
     host: &Host,
     config: ServeConfig,
     which: &'static str,
+    sharing_the_cache: bool,
 ) -> Result<Arc<ServedPolicies>, ControllerError> {
     Served::load_at_start(host, config)
-        .map(ServedPolicies::new)
+        .map(if sharing_the_cache {
+            ServedPolicies::sharing_the_cache
+        } else {
+            ServedPolicies::new
+        })
         .map_err(|error| ControllerError::Load {
             which,
             error: Box::new(error),

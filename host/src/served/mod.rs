@@ -303,13 +303,27 @@ pub struct ReloadState {
 /// The snapshot reviews read, swapped atomically by reloads.
 pub struct ServedPolicies {
     current: RwLock<Arc<Served>>,
+    /// Whether a reload prunes the host's module cache and store to what it serves.
+    prunes: bool,
 }
 
 impl ServedPolicies {
-    /// Starts with `served`.
+    /// Starts with `served`; each reload prunes the host's module cache and store to what the
+    /// new generation uses.
     pub fn new(served: Served) -> Arc<ServedPolicies> {
         Arc::new(ServedPolicies {
             current: RwLock::new(Arc::new(served)),
+            prunes: true,
+        })
+    }
+
+    /// Starts with `served`, leaving the module cache and store as they are on reload: for
+    /// snapshots that share a host with another (the controller's chains in force and its
+    /// candidate), whose modules the other's pruning would take away.
+    pub fn sharing_the_cache(served: Served) -> Arc<ServedPolicies> {
+        Arc::new(ServedPolicies {
+            current: RwLock::new(Arc::new(served)),
+            prunes: false,
         })
     }
 
@@ -364,7 +378,9 @@ impl ServedPolicies {
             Ok(served) if changed || served.unavailable.len() < current.unavailable.len() => {
                 let generation = served.generation;
                 let unavailable = served.unavailable.len();
-                prune(host, &served);
+                if self.prunes {
+                    prune(host, &served);
+                }
                 self.swap(served);
                 state.refused = None;
                 observer.reloaded(true);
