@@ -131,7 +131,8 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A served configuration: the example cluster and inventory, `workers` evaluation slots.
+/// A served configuration: the example cluster and inventory, `workers` evaluation slots, and
+/// every connection of the cap open to the load generator (one client address).
 fn write_config(dir: &Path, name: &str, policies: &str, workers: usize) -> Result<PathBuf> {
     let examples = workspace().join("examples").canonicalize()?;
     let text = format!(
@@ -142,6 +143,7 @@ fn write_config(dir: &Path, name: &str, policies: &str, workers: usize) -> Resul
          onUnknownCluster: Deny\n\
          clusters: {{source: Static, files: [{cluster}]}}\n\
          evaluation: {{workers: {workers}, queueTimeout: 2s}}\n\
+         connections: {{maxPerClient: 128}}\n\
          reload: {{enabled: false}}\n\
          policies:\n{policies}",
         inventory = examples.join("inventory.yaml").display(),

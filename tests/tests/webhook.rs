@@ -1505,6 +1505,8 @@ async fn stalled_bodies_are_cut_and_reviews_are_still_answered() {
     let mut config = shipped_config(&dir);
     config.connections.read_timeout = Duration::from_secs(1);
     config.connections.max_buffered_bytes = 16 << 20;
+    // The 100 clients all come from loopback: each its own client here.
+    config.connections.max_per_client = config.connections.max;
     let server = Arc::new(TestServer::start(config).await);
     let before = resident_kib();
     let started = Instant::now();

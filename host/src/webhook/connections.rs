@@ -16,6 +16,7 @@ use std::future::{ready, Future, Ready};
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -123,8 +124,8 @@ impl Drop for ClientPlace {
 
 impl<S> Accept<TcpStream, S> for ConnectionLimit {
     type Stream = LimitedStream<TcpStream>;
-    type Service = S;
-    type Future = Ready<io::Result<(Self::Stream, S)>>;
+    type Service = Requests<S>;
+    type Future = Ready<io::Result<(Self::Stream, Self::Service)>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         // A client past its share is refused before it can take a place of the global cap:
@@ -143,18 +144,23 @@ impl<S> Accept<TcpStream, S> for ConnectionLimit {
                 // that refuses the option is served as it is.
                 let _ = stream.set_nodelay(true);
                 self.open_gauge.inc();
+                let activity = Arc::new(Activity::new());
                 ready(Ok((
                     LimitedStream {
                         inner: stream,
                         idle: self.idle,
                         deadline: Box::pin(tokio::time::sleep(self.idle)),
+                        activity: activity.clone(),
                         _open: OpenConnection {
                             _permit: permit,
                             _client: client,
                             gauge: self.open_gauge.clone(),
                         },
                     },
-                    service,
+                    Requests {
+                        inner: service,
+                        activity,
+                    },
                 )))
             }
             Err(_) => {
@@ -181,14 +187,101 @@ impl Drop for OpenConnection {
     }
 }
 
-/// A connection under the cap: reads fail with `TimedOut` once the client has sent nothing
-/// for the idle deadline (a connection kept open without requests, or an HTTP/2 connection
-/// whose streams stall: hyper's header deadline covers HTTP/1 only).
+/// A connection under the cap: reads fail with `TimedOut` once the connection has had no
+/// request in flight for the idle deadline. Requests count, bytes do not: an HTTP/2 PING every
+/// few seconds (or any other frame that carries no request) keeps no connection open.
 pub struct LimitedStream<S> {
     inner: S,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    activity: Arc<Activity>,
     _open: OpenConnection,
+}
+
+/// A connection's requests: how many are in flight, and when the last one started. Shared by
+/// the connection's stream (its idle deadline) and its service ([`Requests`]).
+pub struct Activity {
+    in_flight: AtomicUsize,
+    last_start: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            last_start: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// When the connection is idle until, or `None` while a request is in flight.
+    fn idle_until(&self, idle: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(
+            *self
+                .last_start
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                + idle,
+        )
+    }
+}
+
+/// A request in flight on its connection, until dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        *activity
+            .last_start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        InFlight(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self
+            .0
+            .last_start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's service, counting its requests in the connection's [`Activity`].
+#[derive(Clone)]
+pub struct Requests<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S, R> tower_service::Service<R> for Requests<S>
+where
+    S: tower_service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let in_flight = InFlight::start(self.activity.clone());
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answered = answer.await;
+            drop(in_flight);
+            answered
+        })
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for LimitedStream<S> {
@@ -197,22 +290,26 @@ impl<S: AsyncRead + Unpin> AsyncRead for LimitedStream<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        match Pin::new(&mut self.inner).poll_read(cx, buf) {
-            Poll::Ready(result) => {
-                if buf.filled().len() > before {
-                    let next = Instant::now() + self.idle;
-                    self.deadline.as_mut().reset(next);
-                }
-                Poll::Ready(result)
+        if let Poll::Ready(result) = Pin::new(&mut self.inner).poll_read(cx, buf) {
+            return Poll::Ready(result);
+        }
+        // Pending: is the connection idle past its deadline? Moved on while a request is in
+        // flight or started since, until it truly is.
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the client sent nothing for connections.idleTimeout",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            let idle = self.idle;
+            match self.activity.idle_until(idle) {
+                Some(until) if until <= Instant::now() => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no request for connections.idleTimeout",
+                    )))
+                }
+                Some(until) => self.deadline.as_mut().reset(until),
+                None => self.deadline.as_mut().reset(Instant::now() + idle),
+            }
         }
     }
 }
@@ -367,7 +464,7 @@ mod tests {
             "Nagle is the default"
         );
         let limit = ConnectionLimit::new(4, 4, Duration::from_secs(30), &Metrics::new());
-        let (limited, ()) = limit.accept(stream, ()).await.expect("under the cap");
+        let (limited, _) = limit.accept(stream, ()).await.expect("under the cap");
         assert!(limited.inner.nodelay().expect("readable option"));
     }
 
@@ -419,6 +516,90 @@ mod tests {
         );
         let (stream, _) = listener.accept().await.expect("accepted");
         assert!(limit.accept(stream, ()).await.is_ok(), "a place given back");
+    }
+
+    /// A service whose answers never come: a request in flight for as long as it is held.
+    #[derive(Clone)]
+    struct NeverAnswers;
+
+    impl tower_service::Service<()> for NeverAnswers {
+        type Response = ();
+        type Error = ();
+        type Future = Pin<Box<dyn Future<Output = Result<(), ()>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, (): ()) -> Self::Future {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// A connection accepted under a 200 ms idle deadline, and the client's end.
+    async fn idle_connection() -> (
+        LimitedStream<TcpStream>,
+        Requests<NeverAnswers>,
+        tokio::net::TcpStream,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let client = tokio::net::TcpStream::connect(listener.local_addr().expect("address"))
+            .await
+            .expect("connected");
+        let (stream, _) = listener.accept().await.expect("accepted");
+        let limit = ConnectionLimit::new(4, 4, Duration::from_millis(200), &Metrics::new());
+        let (limited, service) = limit.accept(stream, NeverAnswers).await.expect("accepted");
+        (limited, service, client)
+    }
+
+    #[tokio::test]
+    async fn bytes_without_requests_do_not_keep_a_connection_open() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut limited, _service, mut client) = idle_connection().await;
+        // A byte every 50 ms, as HTTP/2 PINGs would come, and no request.
+        let pinging = tokio::spawn(async move {
+            for _ in 0..100 {
+                if client.write_all(b"p").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 16];
+        let error = loop {
+            match limited.read(&mut buf).await {
+                Ok(0) => panic!("the client closed"),
+                Ok(_) => continue,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        pinging.abort();
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_keeps_its_connection() {
+        use tokio::io::AsyncReadExt as _;
+        let (mut limited, mut service, _client) = idle_connection().await;
+        let in_flight = tower_service::Service::call(&mut service, ());
+        let mut buf = [0u8; 16];
+        // Four idle deadlines with the request in flight: no timeout, nothing read.
+        let read = tokio::time::timeout(Duration::from_millis(800), limited.read(&mut buf)).await;
+        assert!(read.is_err(), "still waiting, not timed out: {read:?}");
+        // Answered (here: dropped): idle from then on.
+        drop(in_flight);
+        let read = tokio::time::timeout(Duration::from_secs(2), limited.read(&mut buf))
+            .await
+            .expect("the idle deadline ends the read");
+        assert_eq!(read.expect_err("timed out").kind(), io::ErrorKind::TimedOut);
     }
 
     #[tokio::test]
