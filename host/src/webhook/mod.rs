@@ -40,6 +40,7 @@
 
 pub mod admission;
 pub mod connections;
+pub mod decoded;
 mod inline;
 pub mod metrics;
 pub mod patch;

@@ -22,6 +22,7 @@ use nicpolicy_plugin::ObjectKind;
 
 use super::admission::{too_large_answer, Answer};
 use super::connections::{self, BodyBudget, ConnectionLimit, Taken};
+use super::decoded;
 use super::metrics::Metrics;
 use super::review::OnWorker;
 use super::review::{Endpoint, NativeEvaluator, Reviewer};
@@ -160,10 +161,14 @@ impl App {
     ) -> Response {
         let started = Instant::now();
         // Held until the review is answered: the body is in memory until then.
-        let (body, taken) = match self.read_body(request).await {
+        let (body, mut taken) = match self.read_body(request).await {
             Ok(read) => read,
             Err(response) => return response,
         };
+        // And what it becomes once parsed: taken from the same budget before it is built.
+        if let Err(response) = self.reserve_decoded(&body, &mut taken).await {
+            return response;
+        }
         // Bounded: at most `workers` evaluations run; the rest wait up to `queue_timeout`.
         let permit =
             match tokio::time::timeout(self.queue_timeout, self.permits.clone().acquire_owned())
@@ -320,6 +325,42 @@ impl App {
             Some(uid) => respond(too_large_answer(&uid, &message, generation)),
             None => (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response(),
         })
+    }
+
+    /// Takes room in the budget for what `body` becomes once parsed ([`decoded::estimate`]),
+    /// waiting up to `connections.readTimeout`. A review that would decode to more than the
+    /// whole budget is denied (an AdmissionReview answer when its uid can be read, so the API
+    /// server denies the object whatever the failurePolicy), one that finds no room in time is
+    /// answered 503 (the failurePolicy applies): neither admits anything unchecked.
+    async fn reserve_decoded(&self, body: &Bytes, taken: &mut Taken) -> Result<(), Response> {
+        let decoded = decoded::estimate(body);
+        if decoded > self.connections.max_buffered_bytes {
+            let message = format!(
+                "the AdmissionReview would take about {decoded} bytes once read ({} bytes of \
+                 text, {} bytes per value), more than this webhook holds for all reviews at once \
+                 (connections.maxBufferedBytes, {} bytes): no object of this shape is a machine, \
+                 and it is denied",
+                body.len(),
+                decoded::BYTES_PER_NODE,
+                self.connections.max_buffered_bytes
+            );
+            self.reviewer.reject("too_large", &message);
+            let generation = self.reviewer.policies().get().generation;
+            return Err(match review_uid(body) {
+                Some(uid) => respond(too_large_answer(&uid, &message, generation)),
+                None => (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response(),
+            });
+        }
+        let total = taken.bytes().saturating_add(decoded);
+        match tokio::time::timeout(
+            self.connections.read_timeout,
+            self.budget.reserve(taken, total),
+        )
+        .await
+        {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.buffers_full()),
+        }
     }
 
     /// The answer to a body that did not arrive within `connections.readTimeout`.
