@@ -8,7 +8,7 @@
 //! inventory: inventory.yaml            # relative paths are relative to this file
 //! onPolicyFailure: Deny                # or Allow (with a warning)
 //! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
-//! connections: {max: 128, readTimeout: 2s, idleTimeout: 30s, maxBufferedBytes: 64Mi}
+//! connections: {max: 128, maxPerClient: 32, readTimeout: 2s, idleTimeout: 120s, maxBufferedBytes: 64Mi}
 //! provisioner: {name: CAPVCD, applies: [], onUnapplied: Warn}  # stock CAPVCD; or Deny
 //! policies:
 //!   VCDMachine:
@@ -89,7 +89,10 @@ pub const DEFAULTS: Defaults = Defaults {
         max: 128,
         max_per_client: 32,
         read_timeout: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(30),
+        // Above kube-apiserver's 90 s idle timeout for webhook connections: the client closes
+        // an idle connection first, so no request of its can race the server's close and be
+        // lost to the failurePolicy.
+        idle_timeout: Duration::from_secs(120),
         max_buffered_bytes: 64 << 20,
     },
 };
