@@ -1492,6 +1492,13 @@ async fn small_review_answered_in(server: &TestServer) -> Duration {
     answered_in
 }
 
+/// Held by each test that measures this process's resident memory, so that two of them never
+/// run at once and count each other's allocations (the test harness runs tests in parallel).
+async fn measuring_memory() -> tokio::sync::MutexGuard<'static, ()> {
+    static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    MEASURING.lock().await
+}
+
 fn resident_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -1513,6 +1520,7 @@ async fn stalled_bodies_are_cut_and_reviews_are_still_answered() {
     // 16 MiB of them; the rest wait for room. Each gets an HTTP error by its deadlines (the
     // API server applies the failurePolicy: nothing is admitted), and a review sent in the
     // middle of it is answered within the API server's 5 s timeout.
+    let _alone = measuring_memory().await;
     let dir = scratch("stalled-bodies");
     let mut config = shipped_config(&dir);
     config.connections.read_timeout = Duration::from_secs(1);
@@ -1590,6 +1598,7 @@ async fn stalled_bodies_are_cut_and_reviews_are_still_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn reviews_that_decode_large_are_held_to_the_budget() {
+    let _alone = measuring_memory().await;
     // 16 reviews at once, each a 3 MB VCDMachine carrying 240,000 short labels: about 50 MB
     // each once parsed and copied (16 x 83 MB decoded at once before the budget counted it).
     // The budget (64 MiB) takes them one or two at a time; the others wait for room or get
@@ -1598,6 +1607,9 @@ async fn reviews_that_decode_large_are_held_to_the_budget() {
     let mut config = shipped_config(&dir);
     // The 16 clients all come from loopback: each its own client here.
     config.connections.max_per_client = config.connections.max;
+    // Time for 16 bodies of 2.9 MB to arrive and to wait for room on a loaded machine: the
+    // test is about memory, not deadlines.
+    config.connections.read_timeout = Duration::from_secs(10);
     let server = Arc::new(TestServer::start(config).await);
     let mut review = fixture("vcdmachine-create-worker");
     let labels: serde_json::Map<String, Value> = (0..240_000)
@@ -1632,7 +1644,9 @@ async fn reviews_that_decode_large_are_held_to_the_budget() {
     let mut statuses = Vec::new();
     for task in large {
         let (status, text) = task.await.expect("client");
-        assert!(matches!(status, 200 | 503), "{status}: {text}");
+        // Reviewed, or refused by the budget: 503 for no room in time, 408 for a body that
+        // did not arrive within readTimeout while the others were read.
+        assert!(matches!(status, 200 | 503 | 408), "{status}: {text}");
         statuses.push(status);
     }
     let peak_kib = sampler.await.expect("sampler");
@@ -1643,8 +1657,8 @@ async fn reviews_that_decode_large_are_held_to_the_budget() {
     );
     assert!(statuses.contains(&200), "some were reviewed: {statuses:?}");
     // The server's share is to stay under 160 MiB; the clients' 16 bodies are in this process
-    // too. (Measured on 2026-12-07, debug build: +144 MiB with the decoded size counted, +313
-    // MiB and the small review 0.9 s late without.)
+    // too. (Measured on 2026-12-07, debug build, readTimeout 2 s: +144 MiB with the decoded
+    // size counted, +313 MiB and the small review 0.9 s late without; here +97 MiB.)
     let clients_mib = ((16 * body.len()) >> 20) as u64;
     assert!(
         grew_mib < 160 + clients_mib,
