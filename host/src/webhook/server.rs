@@ -186,30 +186,20 @@ impl App {
                     return respond(answer);
                 }
             };
-        // On this worker when the evaluation fits the inline budget (most do, in far less time
-        // than a hand-off to a blocking thread costs); else on a blocking thread.
-        let on_worker = match &self.stage_log {
-            None => self.reviewer.review_on_worker(endpoint, kind, &body),
-            Some(log) => {
-                let (on_worker, spent) =
-                    stages::record(|| self.reviewer.review_on_worker(endpoint, kind, &body));
-                if matches!(on_worker, OnWorker::Answered(_)) {
-                    log.push(spent);
-                }
-                on_worker
-            }
-        };
-        let answer = match on_worker {
-            OnWorker::Answered(answer) => Ok(answer),
-            OnWorker::Deferred(deferred) => {
-                let reviewer = self.reviewer.clone();
-                tokio::task::spawn_blocking(move || {
-                    let _permit = permit;
-                    let _taken = taken;
-                    reviewer.finish(deferred)
-                })
+        let answer = if body.len() > connections::BODY_ALLOWANCE_BYTES {
+            // A large body is parsed and evaluated on a blocking thread from the start: its
+            // parsing alone can take longer than any inline budget, and would hold up this
+            // worker's other connections (an ordinary review is a few KiB).
+            let reviewer = self.reviewer.clone();
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let _taken = taken;
+                reviewer.review(endpoint, kind, &body)
+            })
+            .await
+        } else {
+            self.review_here_or_blocking(endpoint, kind, body, permit, taken)
                 .await
-            }
         };
         match answer {
             Ok(answer) => {
@@ -228,6 +218,41 @@ impl App {
                     format!("review failed: {err}\n"),
                 )
                     .into_response()
+            }
+        }
+    }
+
+    /// An ordinary review: on this worker when the evaluation fits the inline budget (most do,
+    /// in far less time than a hand-off to a blocking thread costs); else on a blocking thread.
+    async fn review_here_or_blocking(
+        &self,
+        endpoint: Endpoint,
+        kind: ObjectKind,
+        body: Bytes,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        taken: Taken,
+    ) -> Result<Answer, tokio::task::JoinError> {
+        let on_worker = match &self.stage_log {
+            None => self.reviewer.review_on_worker(endpoint, kind, &body),
+            Some(log) => {
+                let (on_worker, spent) =
+                    stages::record(|| self.reviewer.review_on_worker(endpoint, kind, &body));
+                if matches!(on_worker, OnWorker::Answered(_)) {
+                    log.push(spent);
+                }
+                on_worker
+            }
+        };
+        match on_worker {
+            OnWorker::Answered(answer) => Ok(answer),
+            OnWorker::Deferred(deferred) => {
+                let reviewer = self.reviewer.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    let _taken = taken;
+                    reviewer.finish(deferred)
+                })
+                .await
             }
         }
     }
