@@ -36,6 +36,15 @@ fn host(adjust: impl FnOnce(&mut HostConfig)) -> Host {
 }
 
 fn wasm_variant(label: &str, host: Host, wasm: &[u8]) -> Variant {
+    // Where the process may be swapped, the host gives every freed page back whatever it was
+    // asked (engine::swap_possible): say so in the label rather than measure under a wrong name.
+    let label = match nicpolicy::engine::swap_possible() {
+        Some(why) if label.contains("dirty pages only") => {
+            format!("{label} [run as keep nothing resident: {why}]")
+        }
+        _ => label.to_string(),
+    };
+    let label = label.as_str();
     let policy: Policy = host
         .load(wasm, PolicyOptions::default())
         .unwrap_or_else(|err| panic!("{label}: {err}"));
