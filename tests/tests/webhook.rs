@@ -109,16 +109,7 @@ impl TestServer {
     }
 
     async fn post_bytes(&self, path: &str, body: Vec<u8>) -> (u16, String) {
-        let response = self
-            .client
-            .post(self.url(path))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .expect("request is answered");
-        let status = response.status().as_u16();
-        (status, response.text().await.expect("body"))
+        post_json(self.client.post(self.url(path)), body).await
     }
 
     async fn review(&self, endpoint: Endpoint, kind: ObjectKind, review: &Value) -> Value {
@@ -148,6 +139,18 @@ impl TestServer {
             response.text().await.unwrap_or_default(),
         )
     }
+}
+
+/// Sends `body` as JSON with `request` and answers the status and the text of the answer.
+async fn post_json(request: reqwest::RequestBuilder, body: Vec<u8>) -> (u16, String) {
+    let response = request
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request is answered");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
 }
 
 fn client(ca_pem: &str) -> reqwest::Client {
@@ -1632,16 +1635,8 @@ async fn reviews_that_decode_large_are_held_to_the_budget() {
             let (url, ca, body) = (server.url(&path), server.ca.clone(), body.clone());
             tokio::spawn(async move {
                 // Longer than the default 20 s: a review may wait for room behind others.
-                let response = client(&ca)
-                    .post(url)
-                    .timeout(Duration::from_secs(120))
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .expect("request is answered");
-                let status = response.status().as_u16();
-                (status, response.text().await.expect("body"))
+                let request = client(&ca).post(url).timeout(Duration::from_secs(120));
+                post_json(request, body).await
             })
         })
         .collect();
