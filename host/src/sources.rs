@@ -93,10 +93,7 @@ impl Sources {
     /// stored under `host`'s cache directory.
     pub fn new(host: &Host) -> Sources {
         #[cfg(feature = "oci")]
-        return Sources::with_oci(nicpolicy_oci::fetcher::OciFetcher::new(
-            nicpolicy_oci::RegistryOptions::default(),
-            host.config().cache_dir.clone(),
-        ));
+        return Sources::with_registry(host, nicpolicy_oci::RegistryOptions::default());
         #[cfg(not(feature = "oci"))]
         {
             let _ = host;

@@ -45,6 +45,13 @@ struct Entry {
 }
 
 impl Entry {
+    /// The entry in `path`, read to at most 1 MiB (a manifest and a few signatures).
+    fn read(path: &Path) -> Result<Entry, String> {
+        let text = nicpolicy_inputs::files::read_at_most(path, 1 << 20)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+        serde_json::from_slice(&text).map_err(|err| format!("{}: {err}", path.display()))
+    }
+
     /// Checks the stored signatures with the keys of `options`; answers the key that verified.
     fn verify(&self, options: &RegistryOptions) -> Result<Option<String>, OciError> {
         let (repository, digest) = self
@@ -136,10 +143,7 @@ impl Store {
         ] {
             check_private(dir, kind)?;
         }
-        let text = nicpolicy_inputs::files::read_at_most(&path, 1 << 20)
-            .map_err(|err| format!("{}: {err}", path.display()))?;
-        let entry: Entry =
-            serde_json::from_slice(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+        let entry = Entry::read(&path)?;
         if entry.reference != reference {
             return Err(format!(
                 "{} is the entry of another reference",
@@ -221,9 +225,7 @@ impl Store {
         if let Ok(refs) = std::fs::read_dir(self.dir.join("refs")) {
             for file in refs.flatten() {
                 let path = file.path();
-                let entry = std::fs::read(&path)
-                    .ok()
-                    .and_then(|text| serde_json::from_slice::<Entry>(&text).ok());
+                let entry = Entry::read(&path).ok();
                 match entry {
                     Some(entry)
                         if !keep.contains(&entry.reference)

@@ -344,12 +344,19 @@ impl App {
              the object cannot be checked; it is denied",
             self.max_body
         );
+        Err(self.too_large(&bytes, message))
+    }
+
+    /// The answer to a review too large to check (`message` says why): denied with an
+    /// AdmissionReview answer when the uid can be read from `start` (the body's first bytes), so
+    /// the API server denies the object whatever the webhook's failurePolicy, else HTTP 413.
+    fn too_large(&self, start: &[u8], message: String) -> Response {
         self.reviewer.reject("too_large", &message);
         let generation = self.reviewer.policies().get().generation;
-        Err(match review_uid(&bytes) {
+        match review_uid(start) {
             Some(uid) => respond(too_large_answer(&uid, &message, generation)),
             None => (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response(),
-        })
+        }
     }
 
     /// Takes room in the budget for what `body` becomes once parsed ([`decoded::estimate`]),
@@ -369,12 +376,7 @@ impl App {
                 decoded::BYTES_PER_NODE,
                 self.connections.max_buffered_bytes
             );
-            self.reviewer.reject("too_large", &message);
-            let generation = self.reviewer.policies().get().generation;
-            return Err(match review_uid(body) {
-                Some(uid) => respond(too_large_answer(&uid, &message, generation)),
-                None => (StatusCode::PAYLOAD_TOO_LARGE, message + "\n").into_response(),
-            });
+            return Err(self.too_large(body, message));
         }
         let total = taken.bytes().saturating_add(decoded);
         match tokio::time::timeout(
