@@ -94,6 +94,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod audit;
+pub mod backstop;
 #[cfg(feature = "builtin")]
 pub mod builtin;
 pub mod clusters;

@@ -14,6 +14,7 @@
 //! | `nicpolicy_evaluate_binary2` (optional) | `(ptr: i32, len: i32) -> i64` | request in the binary format, decision in the [binary decision format](crate::binary::decision) |
 //! | `nicpolicy_evaluate_binary3` (optional) | `(ptr: i32, len: i32) -> i64` | as `binary2`, decision in version 2 of that format (with [sources](crate::source)) |
 //! | `nicpolicy_evaluate_binary4` (optional) | `(ptr: i32, len: i32) -> i64` | as `binary3`, the NICs without sources (the violations keep theirs) |
+//! | `nicpolicy_backstop` (optional) | `(ptr: i32, len: i32) -> i64` | [backstop](crate::backstop) request JSON in, the policy's structural rules as CEL out |
 //!
 //! Results are packed as `(ptr << 32) | len` in an `i64`. The only import a module may have is
 //! [`LOG_IMPORT_MODULE`]`.`[`LOG_IMPORT_NAME`] `(level: i32, ptr: i32, len: i32)`.
@@ -50,6 +51,11 @@ pub const EXPORT_EVALUATE_BINARY3: &str = "nicpolicy_evaluate_binary3";
 /// [`EXPORT_EVALUATE_BINARY3`]. Modules built with [`export_policy!`](crate::export_policy)
 /// have it.
 pub const EXPORT_EVALUATE_BINARY4: &str = "nicpolicy_evaluate_binary4";
+/// Optional export answering the policy's structural rules as CEL validations for a
+/// ValidatingAdmissionPolicy ([`crate::backstop`]): [`BackstopRequest`](crate::backstop::BackstopRequest)
+/// JSON in, [`BackstopOutput`](crate::backstop::BackstopOutput) JSON out. Modules built with
+/// [`export_backstop!`](crate::export_backstop) have it; a module without it has no backstop.
+pub const EXPORT_BACKSTOP: &str = "nicpolicy_backstop";
 /// Export validating settings.
 pub const EXPORT_VALIDATE_SETTINGS: &str = "nicpolicy_validate_settings";
 /// Export holding the linear memory.

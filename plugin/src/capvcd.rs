@@ -28,6 +28,8 @@
 //! # fn main() {}
 //! ```
 
+pub mod cel;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -1012,6 +1014,12 @@ pub fn vapp_networks(nics: &[Nic]) -> Vec<String> {
 /// The CAPVCD policy: reads the settings from the request, then [`evaluate_with`].
 pub fn evaluate(request: &Request) -> Decision {
     settings::evaluate(request, evaluate_with)
+}
+
+/// The CAPVCD policy's backstop: its structural rules as CEL ([`cel::all`]; see
+/// [`crate::backstop`]).
+pub fn backstop(settings: &Settings, builder: &mut crate::backstop::Builder) {
+    cel::all(settings, builder);
 }
 
 /// Every CAPVCD rule, all violations reported together.

@@ -227,6 +227,20 @@ pub unsafe fn validate_settings(
     emit(validate_settings_json(input(ptr, len), check))
 }
 
+/// Runs `backstop` on the request at `ptr`/`len` and returns the packed
+/// [`BackstopOutput`](crate::backstop::BackstopOutput).
+///
+/// # Safety
+/// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
+/// returned `ptr`.
+pub unsafe fn backstop(
+    ptr: u32,
+    len: u32,
+    backstop: fn(&crate::backstop::BackstopRequest) -> Result<crate::backstop::Backstop, String>,
+) -> u64 {
+    emit(crate::backstop::backstop_json(input(ptr, len), backstop))
+}
+
 /// The settings check of a policy that takes no settings: anything goes.
 pub fn accept_any_settings(_settings: &Value) -> Result<(), String> {
     Ok(())

@@ -61,6 +61,7 @@
 //! function runs natively under `cargo test`.
 
 pub mod abi;
+pub mod backstop;
 pub mod binary;
 pub mod capvcd;
 #[cfg(feature = "lifecycle")]

@@ -465,7 +465,7 @@ pub fn required_exports() -> [(&'static str, ItemType, &'static str); 5] {
 
 /// The exports ABI v1 allows beside the required ones, with their types: a module need not
 /// have them, but one that does must give them this type.
-pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 4] {
+pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 5] {
     [
         (
             abi::EXPORT_EVALUATE_BINARY1,
@@ -484,6 +484,11 @@ pub fn optional_exports() -> [(&'static str, ItemType, &'static str); 4] {
         ),
         (
             abi::EXPORT_EVALUATE_BINARY4,
+            func(&["i32", "i32"], &["i64"]),
+            "func (i32, i32) -> i64",
+        ),
+        (
+            abi::EXPORT_BACKSTOP,
             func(&["i32", "i32"], &["i64"]),
             "func (i32, i32) -> i64",
         ),

@@ -4,9 +4,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nicpolicy_plugin::abi::{self, LogLevel};
+use nicpolicy_plugin::backstop::{Backstop, BackstopOutput, BackstopRequest, BACKSTOP_VERSION};
 use nicpolicy_plugin::binary;
 use nicpolicy_plugin::schema::{EvaluateOutput, RequestRef, SettingsValidation};
-use nicpolicy_plugin::{Decision, Inventory, Request};
+use nicpolicy_plugin::{Decision, Inventory, ObjectKind, Request};
 use serde_json::Value;
 use wasmtime::{
     Caller, Extern, InstancePre, Linker, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc,
@@ -141,6 +142,8 @@ struct Exports {
     evaluate_binary3: Option<ModuleExport>,
     /// `nicpolicy_evaluate_binary4` (binary v3 without NIC sources), when the module has it.
     evaluate_binary4: Option<ModuleExport>,
+    /// `nicpolicy_backstop`, when the module has it.
+    backstop: Option<ModuleExport>,
 }
 
 pub use crate::inspect::RequestFormat;
@@ -249,6 +252,7 @@ impl Policy {
             evaluate_binary2: module.get_export_index(abi::EXPORT_EVALUATE_BINARY2),
             evaluate_binary3: module.get_export_index(abi::EXPORT_EVALUATE_BINARY3),
             evaluate_binary4: module.get_export_index(abi::EXPORT_EVALUATE_BINARY4),
+            backstop: module.get_export_index(abi::EXPORT_BACKSTOP),
         };
         // The newest (and fastest) format the module takes.
         let request_format = info
@@ -516,6 +520,51 @@ impl Policy {
                 Err(message.unwrap_or_else(|| "no reason given".to_string()))
             }
         })
+    }
+
+    /// The policy's backstop for `kind` with its settings ([`nicpolicy_plugin::backstop`]):
+    /// `Ok(None)` for a module without `nicpolicy_backstop`. Parameter keys start with
+    /// `param_prefix`.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when the call fails or answers garbage; [`EvalError::BadOutput`] with
+    /// the policy's reason when it refuses the request.
+    pub fn backstop(
+        &self,
+        kind: ObjectKind,
+        param_prefix: &str,
+    ) -> Result<Option<Backstop>, EvalError> {
+        let Some(export) = &self.exports.backstop else {
+            return Ok(None);
+        };
+        let request = BackstopRequest {
+            version: BACKSTOP_VERSION,
+            kind,
+            settings: self.settings.clone(),
+            param_prefix: param_prefix.to_string(),
+        };
+        let input = serde_json::to_vec(&request).map_err(|err| {
+            EvalError::BadOutput(format!("cannot encode the backstop request: {err}"))
+        })?;
+        let (output, _logs, _, _) = self.call(export, &input, None, |bytes| {
+            serde_json::from_slice::<BackstopOutput>(bytes).map_err(|err| {
+                EvalError::BadOutput(format!(
+                    "nicpolicy_backstop must return {{\"backstop\": ...}} or {{\"error\": string}}: {err}"
+                ))
+            })
+        })?;
+        match output {
+            BackstopOutput::Backstop(backstop) if backstop.version == BACKSTOP_VERSION => {
+                Ok(Some(backstop))
+            }
+            BackstopOutput::Backstop(backstop) => Err(EvalError::BadOutput(format!(
+                "nicpolicy_backstop answered version {}, not {BACKSTOP_VERSION}",
+                backstop.version
+            ))),
+            BackstopOutput::Error(error) => Err(EvalError::BadOutput(format!(
+                "nicpolicy_backstop refused: {error}"
+            ))),
+        }
     }
 
     fn new_store(&self, deadline_ticks: u64) -> Store<State> {

@@ -11,3 +11,4 @@
 use nicpolicy_plugin::capvcd;
 
 nicpolicy_plugin::export_policy!(capvcd::evaluate_with, settings: capvcd::Settings);
+nicpolicy_plugin::export_backstop!(capvcd::backstop, settings: capvcd::Settings);

@@ -446,6 +446,31 @@ fn role_findings(request: &Request, rules: &RoleRules) -> Vec<Finding> {
 
 nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
+/// The backstop: the CAPVCD rules' structural part with the `capvcd` settings. The role's own
+/// rules are the webhook's (a VCDMachine's role comes from its owner Machine), and a machine
+/// that lists no extra networks is judged with its role's defaults, which only the webhook
+/// writes: the provisioned-machine rule leaves an empty list to it, and policies after this
+/// one in a chain judge the defaulted list.
+fn backstop(settings: &Settings, builder: &mut nicpolicy_plugin::backstop::Builder) {
+    use nicpolicy_plugin::capvcd::cel;
+    let defaults =
+        !settings.control_plane.defaults.is_empty() || !settings.worker.defaults.is_empty();
+    cel::names(builder);
+    cel::duplicates(builder);
+    cel::max_nics(&settings.capvcd, builder);
+    cel::inventory(builder);
+    cel::provisioned(&settings.capvcd, builder, defaults);
+    cel::not_covered(builder);
+    builder.not_covered(
+        "the role's rules (required, forbidden and allowed networks, defaults): the role comes from the owner Machine",
+    );
+    if defaults {
+        builder.rewrites_networks();
+    }
+}
+
+nicpolicy_plugin::export_backstop!(backstop, settings: Settings);
+
 #[cfg(test)]
 mod tests {
     use super::*;

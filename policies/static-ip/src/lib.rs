@@ -534,6 +534,17 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
 
 nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
+/// The backstop: the CAPVCD rules' structural part with the `capvcd` settings (the addresses
+/// change the NIC plan, not the list). The addresses themselves are the webhook's.
+fn backstop(settings: &Settings, builder: &mut nicpolicy_plugin::backstop::Builder) {
+    nicpolicy_plugin::capvcd::cel::all(&settings.capvcd, builder);
+    builder.not_covered(
+        "MANUAL addresses from nicpolicy.io/ip.<network> annotations: they are checked against the inventory's subnets",
+    );
+}
+
+nicpolicy_plugin::export_backstop!(backstop, settings: Settings);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -492,6 +492,23 @@ pub fn evaluate_with(request: &Request, settings: &Settings) -> Decision {
 
 nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 
+/// The backstop: the CAPVCD rules that hold for logical names as they do for the networks they
+/// map to (names, duplicates, the count), with the `capvcd` settings. The inventory and the
+/// provisioned-machine rule judge the mapped list, which only the webhook writes.
+fn backstop(settings: &Settings, builder: &mut nicpolicy_plugin::backstop::Builder) {
+    use nicpolicy_plugin::capvcd::cel;
+    cel::names(builder);
+    cel::duplicates(builder);
+    cel::max_nics(&settings.capvcd, builder);
+    cel::not_covered(builder);
+    builder.not_covered(
+        "the mapping of logical names, the inventory and a changed list on a provisioned machine: they judge the mapped list, which depends on the machine's zone",
+    );
+    builder.rewrites_networks();
+}
+
+nicpolicy_plugin::export_backstop!(backstop, settings: Settings);
+
 #[cfg(test)]
 mod tests {
     use super::*;
