@@ -4,7 +4,7 @@
 #
 #   tests/e2e/run.sh                 every suite
 #   tests/e2e/run.sh admission       one suite (admission, lifecycle, restarts, deploy, controller,
-#                                    registry, main_crds, capi, templates)
+#                                    registry, main_crds, capi, templates, backstop)
 #   tests/e2e/run.sh admission -- invalid    one suite, tests whose name contains "invalid"
 #
 # Builds (or reuses) kube-apiserver, kubectl and etcd with tests/e2e/kube/build.sh, and the
@@ -23,7 +23,7 @@ while (($#)) && [[ "$1" != "--" ]]; do
 done
 if ((${#suites[@]} == 0)); then
   suites=(--test admission --test lifecycle --test restarts --test deploy --test controller --test registry
-    --test main_crds --test capi --test templates)
+    --test main_crds --test capi --test templates --test backstop)
 fi
 [[ "${1:-}" == "--" ]] && shift
 

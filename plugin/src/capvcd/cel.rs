@@ -116,11 +116,13 @@ pub fn inventory(builder: &mut Builder) {
 }
 
 /// A changed list of extra networks on a machine provisioned before and after the change
-/// (`capvcd/provisioned-update`), unless `allowNicChangesOnProvisioned`. For a policy that
-/// writes its defaults into an empty list (`defaults_empty_list`), an empty list is left to
-/// the webhook: the policy judges the defaulted list. Templates have no provider ID: nothing
-/// is added for them.
-pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_list: bool) {
+/// (`capvcd/provisioned-update`), unless `allowNicChangesOnProvisioned`. For a policy that can
+/// write defaults into an empty list, `defaults_empty_list` says whether these settings do
+/// (`None` for a policy that never does): an empty list is then left to the webhook, since the
+/// policy judges the defaulted list. It is a parameter, like the settings, so the expression
+/// stays the same whatever the settings. Templates have no provider ID: nothing is added for
+/// them.
+pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_list: Option<bool>) {
     if builder.kind() != ObjectKind::VcdMachine {
         return;
     }
@@ -131,10 +133,15 @@ pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_li
         "allowNicChangesOnProvisioned",
         settings.allow_nic_changes_on_provisioned.to_string(),
     );
-    let empty = if defaults_empty_list {
-        format!(" || size({list}) == 0")
-    } else {
-        String::new()
+    let empty = match defaults_empty_list {
+        Some(defaults) => {
+            let read = builder.param("defaultsEmptyList", defaults.to_string());
+            format!(
+                " || ({} && {read} == 'true' && size({list}) == 0)",
+                present(&read)
+            )
+        }
+        None => String::new(),
     };
     builder.validate(Validation {
         rule: rules::PROVISIONED_UPDATE.into(),
@@ -183,6 +190,6 @@ pub fn all(settings: &Settings, builder: &mut Builder) {
     duplicates(builder);
     max_nics(settings, builder);
     inventory(builder);
-    provisioned(settings, builder, false);
+    provisioned(settings, builder, None);
     not_covered(builder);
 }

@@ -449,8 +449,9 @@ nicpolicy_plugin::export_policy!(evaluate_with, settings: Settings);
 /// The backstop: the CAPVCD rules' structural part with the `capvcd` settings. The role's own
 /// rules are the webhook's (a VCDMachine's role comes from its owner Machine), and a machine
 /// that lists no extra networks is judged with its role's defaults, which only the webhook
-/// writes: the provisioned-machine rule leaves an empty list to it, and policies after this
-/// one in a chain judge the defaulted list.
+/// writes: the provisioned-machine rule leaves an empty list to it when a role has defaults,
+/// and policies after this one in a chain are left to the webhook (they judge the defaulted
+/// list), whatever the settings, so a settings change never changes the policy objects.
 fn backstop(settings: &Settings, builder: &mut nicpolicy_plugin::backstop::Builder) {
     use nicpolicy_plugin::capvcd::cel;
     let defaults =
@@ -459,14 +460,12 @@ fn backstop(settings: &Settings, builder: &mut nicpolicy_plugin::backstop::Build
     cel::duplicates(builder);
     cel::max_nics(&settings.capvcd, builder);
     cel::inventory(builder);
-    cel::provisioned(&settings.capvcd, builder, defaults);
+    cel::provisioned(&settings.capvcd, builder, Some(defaults));
     cel::not_covered(builder);
     builder.not_covered(
         "the role's rules (required, forbidden and allowed networks, defaults): the role comes from the owner Machine",
     );
-    if defaults {
-        builder.rewrites_networks();
-    }
+    builder.rewrites_networks();
 }
 
 nicpolicy_plugin::export_backstop!(backstop, settings: Settings);
