@@ -63,6 +63,11 @@ docs = list(yaml.safe_load_all(open(rendered))) + list(yaml.safe_load_all(open(p
 for doc in docs:
     if not doc or doc["kind"] == "ConfigMap":
         continue
+    # The backstop's parameters are the settings and inventory of config/nicpolicy/, which an
+    # overlay changes: kustomize users write it with `nicpolicy export backstop` from their own
+    # configuration (docs/deploy.md, "The backstop"), so it never lags behind it.
+    if doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "backstop":
+        continue
     if doc["kind"] == "CustomResourceDefinition":
         files[crds[doc["metadata"]["name"]]][1].append(doc)
     elif doc["metadata"]["name"].startswith("nicpolicy-controller"):
@@ -79,7 +84,8 @@ PY
 "$helm" template nicpolicy charts/nicpolicy --set image.repository=nicpolicy >"$work/defaults.yaml"
 "$python" - "$work/defaults.yaml" <<'PY'
 import sys, yaml
-config = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap")
+config = next(d for d in yaml.safe_load_all(open(sys.argv[1]))
+              if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config"))
 chart = yaml.safe_load(config["data"]["nicpolicy.yaml"])
 shipped = yaml.safe_load(open("config/nicpolicy/nicpolicy.yaml"))
 for key in sorted(set(chart) | set(shipped)):

@@ -173,15 +173,18 @@ fn present(read: &str) -> String {
 
 /// What the CAPVCD policy checks that its backstop does not.
 pub fn not_covered(builder: &mut Builder) {
-    for what in [
-        "the primary network (NIC 0) and the zone's: they come from the VCDCluster",
+    builder
+        .not_covered("the primary network (NIC 0) and the zone's: they come from the VCDCluster");
+    builder.not_covered(
         "the primary network listed again among the extra networks: it needs the VCDCluster",
-        "a changed failure domain on a provisioned machine: it needs the VCDCluster",
-        "address modes and adapters of the NIC plan (a primary without an address, SR-IOV on a network that is not direct)",
-        "rare Unicode spaces at either end of a network name (a space or a control character is covered)",
-    ] {
-        builder.not_covered(what);
+    );
+    if builder.kind() == ObjectKind::VcdMachine {
+        builder.not_covered(
+            "a changed failure domain on a provisioned machine: it needs the VCDCluster",
+        );
     }
+    builder.not_covered("address modes and adapters of the NIC plan (a primary without an address, SR-IOV on a network that is not direct)");
+    builder.not_covered("rare Unicode spaces at either end of a network name (a space or a control character is covered)");
 }
 
 /// Every structural CAPVCD rule above, for a policy that judges the machine's own list.

@@ -391,6 +391,8 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
                 "certificates.existingSecret.name=webhook-serving",
                 // The other report kind, and its CRD.
                 "controller.reports.format=wgpolicyk8s",
+                // The backstop off (on by default: the other mode checks it).
+                "backstop.enabled=false",
             ],
         ),
     ] {
@@ -455,6 +457,19 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
             assert!(
                 applied.stdout.contains(&object),
                 "{object} missing ({mode}):\n{}",
+                applied.stdout
+            );
+        }
+        // The backstop: on by default, off when asked.
+        for object in [
+            format!("validatingadmissionpolicy.admissionregistration.k8s.io/{release}-backstop-vcdmachine"),
+            format!("validatingadmissionpolicybinding.admissionregistration.k8s.io/{release}-backstop-vcdmachinetemplate"),
+            format!("configmap/{release}-backstop"),
+        ] {
+            assert_eq!(
+                applied.stdout.contains(&object),
+                mode == "certManager",
+                "{object} ({mode}):\n{}",
                 applied.stdout
             );
         }
@@ -596,4 +611,137 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
             assert!(volumes.to_string().contains("webhook-serving"), "{volumes}");
         }
     }
+}
+
+/// The chart's backstop objects for the chains and settings of `values` (YAML), and those
+/// `nicpolicy export backstop` writes for the configuration the chart renders: (chart, export),
+/// each the ConfigMap's data and, per kind, the policy's spec and the binding's spec.
+fn backstops(values: &str, dir: &Path) -> (Value, Value) {
+    std::fs::create_dir_all(dir).expect("a directory");
+    let values_file = dir.join("values.yaml");
+    std::fs::write(&values_file, values).expect("write the values");
+    let (ok, rendered, err) = helm(&[
+        "template",
+        "nicpolicy",
+        "charts/nicpolicy",
+        "--namespace",
+        "nicpolicy-system",
+        "--set",
+        "image.repository=registry.example.net/platform/nicpolicy",
+        "-f",
+        values_file.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(ok, "helm template: {err}");
+    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
+        .filter_map(|document| {
+            let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
+            value.filter(|v| !v.is_null())
+        })
+        .collect();
+    let config = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "nicpolicy-config")
+        .expect("the configuration");
+    for file in ["nicpolicy.yaml", "inventory.yaml"] {
+        let text = config["data"][file].as_str().expect("a file");
+        std::fs::write(dir.join(file), text).expect("write the configuration");
+    }
+    let output = Command::new(&binaries().nicpolicy)
+        .args([
+            "export",
+            "backstop",
+            "--namespace",
+            "nicpolicy-system",
+            "--config",
+        ])
+        .arg(dir.join("nicpolicy.yaml"))
+        .output()
+        .expect("nicpolicy export backstop runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let exported: Vec<Value> =
+        serde_yaml_ng::Deserializer::from_str(std::str::from_utf8(&output.stdout).expect("UTF-8"))
+            .filter_map(|document| {
+                let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
+                value.filter(|v| !v.is_null())
+            })
+            .collect();
+    let summary = |objects: &[Value]| {
+        let mut out = serde_json::Map::new();
+        for o in objects {
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            if !name.starts_with("nicpolicy-backstop") {
+                continue;
+            }
+            let content = match o["kind"].as_str() {
+                Some("ConfigMap") => o["data"].clone(),
+                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding") => {
+                    o["spec"].clone()
+                }
+                _ => continue,
+            };
+            out.insert(
+                format!("{} {name}", o["kind"].as_str().unwrap_or_default()),
+                content,
+            );
+        }
+        Value::Object(out)
+    };
+    (summary(&objects), summary(&exported))
+}
+
+#[test]
+fn the_charts_backstop_is_what_nicpolicy_export_backstop_writes() {
+    let dir = std::env::temp_dir().join(format!("nicpolicy-backstop-chart-{}", std::process::id()));
+    let inventory = "inventory:\n  kind: NetworkInventory\n  networks:\n    - {name: mgmt-net}\n    - {name: storage-net}\n    - {name: workload-net}\n    - {name: backup-net}\n";
+    for (what, values, kinds) in [
+        ("the chart's defaults", String::new(), 2),
+        ("the defaults with an inventory", inventory.to_string(), 2),
+        (
+            "capvcd with its own settings",
+            format!(
+                "{inventory}policies:\n  VCDMachine:\n    - builtin: capvcd\n      settings: {{maxNics: 4, allowNicChangesOnProvisioned: true}}\n  VCDMachineTemplate:\n    - builtin: capvcd\n"
+            ),
+            2,
+        ),
+        (
+            "role-based without defaults, zone-aware",
+            format!(
+                "{inventory}policies:\n  VCDMachine:\n    - builtin: role-based\n      settings: {{capvcd: {{maxNics: 5}}, worker: {{allowed: [storage-net]}}}}\n  VCDMachineTemplate:\n    - builtin: zone-aware\n      settings: {{default: {{storage: storage-net}}, capvcd: {{maxNics: 3}}}}\n"
+            ),
+            2,
+        ),
+        (
+            "a warn-mode first entry",
+            format!(
+                "{inventory}policies:\n  VCDMachine:\n    - builtin: static-ip\n      mode: warn\n    - builtin: capvcd\n  VCDMachineTemplate:\n    - builtin: static-ip\n      settings: {{capvcd: {{maxNics: 7}}}}\n"
+            ),
+            1,
+        ),
+    ] {
+        let (chart, exported) = backstops(&values, &dir.join(what.replace(|c: char| !c.is_ascii_alphanumeric(), "-")));
+        let policies = chart
+            .as_object()
+            .expect("objects")
+            .keys()
+            .filter(|k| k.starts_with("ValidatingAdmissionPolicy "))
+            .count();
+        assert_eq!(policies, kinds, "{what}: {chart}");
+        if kinds == 2 {
+            assert_eq!(chart, exported, "{what}");
+        } else {
+            // A chain the chart cannot read the backstop of (a warn-mode entry first) gets none
+            // from the chart; what it renders is what the export writes for the other kind.
+            for (key, value) in chart.as_object().expect("objects") {
+                if key.starts_with("ConfigMap") {
+                    continue;
+                }
+                assert_eq!(Some(value), exported.get(key), "{what}: {key}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
