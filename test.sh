@@ -97,6 +97,13 @@ new_dir=$(mktemp -d)
     --iterations 1 --save bench/baseline.json >/dev/null
   "$nicpolicy_bin" bench --policy "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" cases/ \
     --iterations 1 --compare bench/baseline.json --threshold 10 >/dev/null
+  # Its backstop, through the host: CAPVCD's rules with its settings, and its own rule named
+  # as the webhook's.
+  printf 'apiVersion: nicpolicy.io/v1alpha1\nkind: ServeConfig\npolicies:\n  VCDMachine:\n    - path: %s\n      settings: {capvcd: {maxNics: 6}}\n' \
+    "$site_target/wasm32-unknown-unknown/release/dmz_guard.wasm" >serve.yaml
+  "$nicpolicy_bin" export backstop --config serve.yaml >backstop.yaml
+  grep -q "VCDMachine.0.maxNics: '6'" backstop.yaml
+  grep -q "(dmz-guard): control-plane machines on controlPlaneForbidden" backstop.yaml
 )
 rm -rf "$new_dir"
 

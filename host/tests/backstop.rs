@@ -517,3 +517,90 @@ fn the_charts_backstop_file_is_what_the_built_in_policies_export() {
         path.display()
     );
 }
+
+/// An ABI v1 module called `name` that allows everything; with `backstop`, it exports
+/// `nicpolicy_backstop` answering that text.
+fn module(name: &str, backstop: Option<&str>) -> Policy {
+    let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let export = backstop.map_or(String::new(), |text| {
+        format!(
+            r#"(data (i32.const 256) "{}")
+  (func (export "nicpolicy_backstop") (param i32 i32) (result i64)
+i64.const {})"#,
+            escape(text),
+            nicpolicy::plugin::abi::pack(256, text.len() as u32)
+        )
+    });
+    let allowed = r#"{"allowed":true}"#;
+    let wat = format!(
+        r#"(module
+  (memory (export "memory") 2)
+  (data (i32.const 16) "{{\"valid\":true}}")
+  (data (i32.const 64) "{allowed}")
+  (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+  (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 65536)
+  (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64) i64.const {valid})
+  (func (export "nicpolicy_evaluate") (param i32 i32) (result i64) i64.const {evaluated})
+  {export}
+  (@custom "nicpolicy.metadata" "{{\"name\":\"{name}\",\"version\":\"1.0.0\",\"abiVersion\":1}}")
+)"#,
+        allowed = escape(allowed),
+        valid = nicpolicy::plugin::abi::pack(16, 14),
+        evaluated = nicpolicy::plugin::abi::pack(64, allowed.len() as u32),
+    );
+    let wasm = wat::parse_str(&wat).unwrap_or_else(|err| panic!("{err}\n{wat}"));
+    host()
+        .load(&wasm, PolicyOptions::default())
+        .expect("the test module loads")
+}
+
+#[test]
+fn a_module_without_a_backstop_has_none_and_what_follows_it_is_left_to_the_webhook() {
+    let plain = module("dmz-guard", None);
+    assert!(plain
+        .backstop(ObjectKind::VcdMachine, "VCDMachine.0.")
+        .expect("the call")
+        .is_none());
+    let chain = PolicyChain::new(plain).then(load("capvcd", Value::Null).expect("capvcd"));
+    let backstop = backstop::of_chain(ObjectKind::VcdMachine, &chain, &[]).expect("a backstop");
+    assert!(backstop.validations.is_empty(), "{backstop:?}");
+    assert!(backstop.covered.is_empty());
+    let notes = backstop.not_covered.join("\n");
+    assert!(notes.contains("(dmz-guard): no backstop"), "{notes}");
+    assert!(
+        notes.contains("(nicpolicy-capvcd): it runs after dmz-guard, which has no backstop"),
+        "{notes}"
+    );
+    // The other way round, CAPVCD's rules hold and the module is named as not covered.
+    let chain = PolicyChain::new(load("capvcd", Value::Null).expect("capvcd"))
+        .then(module("dmz-guard", None));
+    let backstop = backstop::of_chain(ObjectKind::VcdMachine, &chain, &[]).expect("a backstop");
+    assert_eq!(backstop.covered, ["nicpolicy-capvcd"]);
+    assert_eq!(backstop.validations.len(), 5);
+}
+
+#[test]
+fn a_backstop_that_answers_garbage_is_an_error_naming_the_entry() {
+    for (answer, expected) in [
+        ("not json", "nicpolicy_backstop must return"),
+        (
+            r#"{"error":"settings: maxNics is 12"}"#,
+            "refused: settings: maxNics is 12",
+        ),
+        (
+            r#"{"backstop":{"version":7,"validations":[]}}"#,
+            "version 7",
+        ),
+    ] {
+        let chain = PolicyChain::new(module("site-rules", Some(answer)));
+        let fields = ["policies.VCDMachine[0]".to_string()];
+        let err = backstop::of_chain(ObjectKind::VcdMachine, &chain, &fields)
+            .expect_err("garbage is refused");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("policies.VCDMachine[0] (site-rules): "),
+            "{text}"
+        );
+        assert!(text.contains(expected), "{answer}: {text}");
+    }
+}

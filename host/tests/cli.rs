@@ -678,6 +678,68 @@ fn export_writes_the_builtin_module() {
 }
 
 #[test]
+fn export_backstop_writes_a_policy_and_binding_per_kind_with_the_settings_as_parameters() {
+    let output = nicpolicy(&[
+        "export",
+        "backstop",
+        "--config",
+        "config/nicpolicy/nicpolicy.yaml",
+        "--namespace",
+        "nicpolicy-system",
+        "--namespace-opt-out",
+    ]);
+    assert_exit_saying(&output, 0, &[]);
+    let text = stdout(&output);
+    // What it leaves to the webhook comes first, per kind.
+    assert!(
+        text.starts_with("# nicpolicy backstop of config/nicpolicy/nicpolicy.yaml"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# VCDMachine: the rules of nicpolicy-role-based. Left to the webhook:"),
+        "{text}"
+    );
+    let objects: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    // The shipped settings (maxNics 6) and inventory are parameters.
+    assert_eq!(objects[0]["metadata"]["namespace"], "nicpolicy-system");
+    assert_eq!(objects[0]["data"]["VCDMachine.0.maxNics"], "6");
+    assert!(objects[0]["data"]["inventory.networks"]
+        .as_str()
+        .unwrap()
+        .contains("\nstorage-net\n"));
+    let binding = &objects[2]["spec"];
+    assert_eq!(binding["validationActions"][0], "Deny");
+    assert_eq!(binding["paramRef"]["parameterNotFoundAction"], "Deny");
+    assert_eq!(
+        binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["key"],
+        "nicpolicy.io/enforce"
+    );
+
+    // A configuration that cannot be read is bad input, named.
+    let output = nicpolicy(&["export", "backstop", "--config", "no-such.yaml"]);
+    assert_exit_saying(&output, 2, &["no-such.yaml"]);
+    // A module name is still a module.
+    let output = nicpolicy(&["export", "capvcd"]);
+    assert_exit_saying(&output, 0, &[]);
+}
+
+#[test]
 fn export_writes_the_kubewarden_build_and_inspect_names_its_abi() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-files");
     std::fs::create_dir_all(&dir).unwrap();

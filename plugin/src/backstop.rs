@@ -2,7 +2,7 @@
 //! that kube-apiserver evaluates itself while no webhook answers (`nicpolicy export backstop`,
 //! docs/abi.md "The backstop").
 //!
-//! A policy that has a backstop exports `nicpolicy_backstop` ([`export_backstop!`]): the host
+//! A policy that has a backstop exports `nicpolicy_backstop` ([`export_backstop!`](crate::export_backstop)): the host
 //! sends a [`BackstopRequest`] (the settings, the kind, a prefix for parameter keys) and gets
 //! back a [`Backstop`]: validations, each an expression over `object`, `oldObject` and
 //! `params` (a ConfigMap), and the ConfigMap entries the expressions read. The settings become
@@ -168,7 +168,46 @@ impl Builder {
         format!("({guard}has({object}.spec) && has({object}.spec.providerID) && {object}.spec.providerID != '')")
     }
 
-    /// Adds a validation.
+    /// Adds a validation. It must refuse only what the policy's own rule refuses: a rule that
+    /// needs more than the object (its cluster, its owner Machine's role) has none.
+    ///
+    /// A site's own rule, "no machine attaches to a retired network", beside CAPVCD's:
+    ///
+    /// ```
+    /// use nicpolicy_plugin::backstop::{quote, BackstopRequest, Builder, Validation, BACKSTOP_VERSION};
+    /// use nicpolicy_plugin::capvcd;
+    /// use nicpolicy_plugin::{ObjectKind, Reason};
+    ///
+    /// /// The networks being retired, as the policy's settings name them.
+    /// fn backstop(retired: &[&str], settings: &capvcd::Settings, builder: &mut Builder) {
+    ///     capvcd::cel::all(settings, builder);
+    ///     let list = builder.extras("object");
+    ///     let field = builder.field("extraOvdcNetworks");
+    ///     // The settings are a parameter: the expression stays the same when they change.
+    ///     let retired = builder.param("retired", format!("\n{}\n", retired.join("\n")));
+    ///     builder.validate(Validation {
+    ///         rule: "site/retired".into(),
+    ///         expression: format!("!{list}.exists(n, {retired}.contains('\\n' + n + '\\n'))"),
+    ///         message: format!("{field}: a network is being retired; attach to its successor"),
+    ///         message_expression: None,
+    ///         field,
+    ///         reason: Reason::Forbidden,
+    ///     });
+    /// }
+    ///
+    /// let request = BackstopRequest {
+    ///     version: BACKSTOP_VERSION,
+    ///     kind: ObjectKind::VcdMachine,
+    ///     settings: serde_json::Value::Null,
+    ///     param_prefix: "VCDMachine.0.".into(),
+    /// };
+    /// let mut builder = Builder::new(&request);
+    /// backstop(&["legacy-net"], &capvcd::Settings::default(), &mut builder);
+    /// let backstop = builder.finish();
+    /// assert_eq!(backstop.params["VCDMachine.0.retired"], "\nlegacy-net\n");
+    /// assert!(backstop.validations.iter().any(|v| v.rule == "site/retired"));
+    /// assert_eq!(quote("it's"), "'it\\'s'");
+    /// ```
     pub fn validate(&mut self, validation: Validation) {
         self.backstop.validations.push(validation);
     }
@@ -234,7 +273,7 @@ pub fn quote(text: &str) -> String {
 }
 
 /// The backstop of a policy whose settings are `S`: the settings read and checked as for an
-/// evaluation, then `rules` adds its validations. Used by [`export_backstop!`].
+/// evaluation, then `rules` adds its validations. Used by [`export_backstop!`](crate::export_backstop).
 ///
 /// # Errors
 /// Why the request or the settings cannot be used.
