@@ -86,6 +86,8 @@
 //!   embedded.
 //! - `oci` (default): policies in OCI registries (`oci`, `oci://` sources, `nicpolicy push` and
 //!   `pull`): oci-client and sigstore.
+//! - `clouddirector` (default): Cloud Director's OpenAPI ([`clouddirector`], `nicpolicy
+//!   inventory import`): reqwest, tokio.
 //! - `cli` (default): the `nicpolicy` binary.
 //!
 //! `default-features = false` leaves the engine ([`nicpolicy_engine`], re-exported here), the
@@ -97,6 +99,8 @@ pub mod audit;
 pub mod backstop;
 #[cfg(feature = "builtin")]
 pub mod builtin;
+#[cfg(feature = "clouddirector")]
+pub mod clouddirector;
 pub mod clusters;
 #[cfg(feature = "kubernetes")]
 pub mod controller;

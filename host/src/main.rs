@@ -48,6 +48,8 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Write a built-in policy module to a file (for a ConfigMap or a site's own chain).
     Export(cli::export::ExportArgs),
+    /// Read the org VDC networks from Cloud Director (`inventory import`) into an inventory.
+    Inventory(cli::inventory::InventoryArgs),
     /// Push a policy module to an OCI registry (Kubewarden's layout) and print the immutable
     /// reference (host/repo@sha256:...) to pin in a configuration.
     Push(cli::push::PushArgs),
@@ -146,6 +148,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Review(args) => cli::review::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Inventory(args) => cli::inventory::run(args),
         Command::Push(args) => cli::push::run(args),
         Command::Pull(args) => cli::pull::run(args),
         Command::Copy(args) => cli::copy::run(args),

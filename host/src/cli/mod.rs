@@ -9,6 +9,7 @@ pub mod copy;
 pub mod eval;
 pub mod export;
 pub mod inspect;
+pub mod inventory;
 pub mod log_writer;
 pub mod machine;
 pub mod new;

@@ -1,0 +1,158 @@
+//! `nicpolicy inventory import`: the org VDC networks as Cloud Director knows them, written as
+//! the inventory file the rest of nicpolicy reads.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use nicpolicy::clouddirector::{import, Bounds, Client, Owner};
+use nicpolicy::plugin::Network;
+
+use super::{runtime, usage, Failure};
+
+/// The environment variable holding the API token when no `--token-file` is given.
+pub const TOKEN_ENV: &str = "NICPOLICY_VCD_API_TOKEN";
+
+#[derive(clap::Args)]
+pub struct InventoryArgs {
+    #[command(subcommand)]
+    command: InventoryCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum InventoryCommand {
+    /// Read the org VDC networks of one or more org VDCs (or VDC groups) from Cloud Director's
+    /// OpenAPI and write them as an inventory (sorted, so a diff shows what changed in the
+    /// site). The API token comes from --token-file or NICPOLICY_VCD_API_TOKEN, never from the
+    /// command line.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// The Cloud Director site, as a VCDCluster's spec.site names it (https://vcd.example.net).
+    #[arg(long, value_name = "URL")]
+    site: String,
+    /// The org (spec.org); `system` logs in as the provider.
+    #[arg(long, value_name = "ORG")]
+    org: String,
+    /// An org VDC whose networks to read, by name (spec.ovdc); repeat for several. None of
+    /// --vdc, --vdc-group, --owner-id: every network of the org.
+    #[arg(long = "vdc", value_name = "NAME")]
+    vdcs: Vec<String>,
+    /// A VDC group whose networks to read, by name; repeat for several.
+    #[arg(long = "vdc-group", value_name = "NAME")]
+    vdc_groups: Vec<String>,
+    /// An org VDC or VDC group by URN (a VCDCluster's status.vcdResourceMap.ovdcs[].id).
+    #[arg(long = "owner-id", value_name = "URN")]
+    owner_ids: Vec<String>,
+    /// A file holding the API token (User preferences > API tokens); without it,
+    /// NICPOLICY_VCD_API_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM CA bundle to trust for the site, beside the system's.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// Where to write the inventory; stdout when omitted. Written whole or not at all.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Seconds each call may take, its answer included.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    timeout: u64,
+}
+
+/// The file as the inventory readers take it, each network's fields in their usual order.
+#[derive(serde::Serialize)]
+struct InventoryFile<'a> {
+    kind: &'static str,
+    networks: &'a [Network],
+}
+
+/// Runs `nicpolicy inventory`.
+pub fn run(args: InventoryArgs) -> Result<u8, Failure> {
+    match args.command {
+        InventoryCommand::Import(args) => run_import(args),
+    }
+}
+
+fn run_import(args: ImportArgs) -> Result<u8, Failure> {
+    let token = match &args.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read the API token", path.display()))
+            .map_err(usage)?,
+        None => std::env::var(TOKEN_ENV).map_err(|_| {
+            usage(anyhow!(
+                "no API token: give --token-file FILE or set {TOKEN_ENV} (never on the command line)"
+            ))
+        })?,
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        return Err(usage(anyhow!("the API token is empty")));
+    }
+    let owners: Vec<Owner> = args
+        .vdcs
+        .iter()
+        .cloned()
+        .map(Owner::Vdc)
+        .chain(args.vdc_groups.iter().cloned().map(Owner::VdcGroup))
+        .chain(args.owner_ids.iter().cloned().map(Owner::Id))
+        .collect();
+    let bounds = Bounds {
+        call: Duration::from_secs(args.timeout.max(1)),
+        ..Bounds::default()
+    };
+    let mut client = Client::new(
+        &args.site,
+        &args.org,
+        token,
+        args.ca_file.as_deref(),
+        bounds,
+    )
+    .map_err(usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+        .map_err(runtime)?;
+    let imported = rt.block_on(import(&mut client, &owners)).map_err(runtime)?;
+    for warning in &imported.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let mut text = format!(
+        "# The org VDC networks of org {} at {}, as Cloud Director lists them\n# (`nicpolicy inventory import`):\n",
+        args.org, args.site
+    );
+    for source in &imported.sources {
+        text.push_str(&format!("#   {source}\n"));
+    }
+    text.push_str(
+        &serde_yaml_ng::to_string(&InventoryFile {
+            kind: "NetworkInventory",
+            networks: &imported.inventory.networks,
+        })
+        .context("cannot write YAML")
+        .map_err(runtime)?,
+    );
+    match &args.output {
+        Some(path) => {
+            // Whole or not at all: a reader never sees half an inventory.
+            let partial = path.with_extension("partial");
+            std::fs::write(&partial, &text)
+                .and_then(|()| std::fs::rename(&partial, path))
+                .with_context(|| format!("{}: cannot write", path.display()))
+                .map_err(runtime)?;
+            eprintln!(
+                "wrote {} ({} networks)",
+                path.display(),
+                imported.inventory.networks.len()
+            );
+        }
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("cannot write to stdout")
+            .map_err(runtime)?,
+    }
+    Ok(0)
+}
