@@ -208,6 +208,11 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
     }
     objects.push(params_config_map(&params, options));
     for (kind, backstop) in &kinds {
+        if backstop.validations.is_empty() {
+            // kube-apiserver refuses a policy without validations; the kind is named as not
+            // covered instead.
+            continue;
+        }
         objects.push(policy_object(*kind, &backstop.validations, options));
         objects.push(binding_object(*kind, options));
     }

@@ -731,6 +731,52 @@ fn export_backstop_writes_a_policy_and_binding_per_kind_with_the_settings_as_par
         "nicpolicy.io/enforce"
     );
 
+    // A chain whose policy has no backstop gets no policy object (kube-apiserver refuses one
+    // without validations), and says so.
+    let wasm = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (data (i32.const 16) "{\"valid\":true}")
+          (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
+          (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
+          (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
+            i64.const 68719476750)
+          (func (export "nicpolicy_evaluate") (param i32 i32) (result i64) unreachable))"#,
+    )
+    .expect("valid wat");
+    let module = scratch("no-backstop.wasm", &wasm);
+    let config_text = format!(
+            "apiVersion: nicpolicy.io/v1alpha1\nkind: ServeConfig\npolicies:\n  VCDMachine:\n    - path: {module}\n  VCDMachineTemplate:\n    - builtin: capvcd\n"
+    );
+    let config = scratch("no-backstop.yaml", config_text.as_bytes());
+    let output = nicpolicy(&["export", "backstop", "--config", &config]);
+    assert_exit_saying(
+        &output,
+        0,
+        &["VCDMachine: no policy of the chain has a backstop"],
+    );
+    let text = stdout(&output);
+    assert!(
+        text.contains("#   - policies.VCDMachine[0] (sha256:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# VCDMachine: no policy written. Left to the webhook:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no backstop (the module does not export nicpolicy_backstop)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("name: nicpolicy-backstop-vcdmachine\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("name: nicpolicy-backstop-vcdmachinetemplate\n"),
+        "{text}"
+    );
+
     // A configuration that cannot be read is bad input, named.
     let output = nicpolicy(&["export", "backstop", "--config", "no-such.yaml"]);
     assert_exit_saying(&output, 2, &["no-such.yaml"]);

@@ -141,14 +141,14 @@ fn export_backstop(args: BackstopArgs) -> Result<u8, Failure> {
     );
     for (kind, lines) in &export.not_covered {
         let covered = &export.covered[kind];
+        let what = if covered.is_empty() {
+            "no policy written".to_string()
+        } else {
+            format!("the rules of {}", covered.join(", "))
+        };
         text.push_str(&format!(
-            "#\n# {}: the rules of {}. Left to the webhook:\n",
-            kind.as_str(),
-            if covered.is_empty() {
-                "no policy".to_string()
-            } else {
-                covered.join(", ")
-            }
+            "#\n# {}: {what}. Left to the webhook:\n",
+            kind.as_str()
         ));
         for line in lines {
             text.push_str(&format!("#   - {line}\n"));
@@ -178,7 +178,7 @@ fn export_backstop(args: BackstopArgs) -> Result<u8, Failure> {
     for (kind, covered) in &export.covered {
         if covered.is_empty() {
             eprintln!(
-                "warning: {}: no policy of the chain has a backstop; its policy refuses nothing",
+                "warning: {}: no policy of the chain has a backstop; no policy is written for it",
                 kind.as_str()
             );
         }
