@@ -363,6 +363,18 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
     let (ok, _, err) = helm(&["template", "nicpolicy", "charts/nicpolicy"]);
     assert!(!ok);
     assert!(err.contains("image.repository"), "{err}");
+    // A NetworkPolicy without the API server's addresses would let anyone in: refused.
+    let (ok, _, err) = helm(&[
+        "template",
+        "nicpolicy",
+        "charts/nicpolicy",
+        "--set",
+        "image.repository=registry.example.net/platform/nicpolicy",
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(!ok, "rendered a NetworkPolicy open to any source");
+    assert!(err.contains("networkPolicy.apiServerCIDRs"), "{err}");
 
     let ca_pem = std::fs::read_to_string(&plane.pki.ca_file).expect("a CA to name");
     let every_option = [
