@@ -157,7 +157,19 @@ fn review_path(rounds: usize, batch: usize, evict_kb: usize, marked: Option<&str
     }
     // Per run, per review of the mix.
     let mut samples: Vec<Vec<Vec<Spent>>> = vec![vec![Vec::new(); reviews.len()]; runs.len()];
+    // The server's decoded-size estimate of each body (before the review, outside Reviewer),
+    // timed in the same rounds: per review of the mix, in nanoseconds.
+    let mut estimates: Vec<Vec<f64>> = vec![Vec::new(); reviews.len()];
     for _ in 0..rounds {
+        for _ in 0..per_round {
+            for (review, times) in reviews.iter().zip(estimates.iter_mut()) {
+                let started = std::time::Instant::now();
+                black_box(nicpolicy::webhook::decoded::estimate(black_box(
+                    &review.body,
+                )));
+                times.push(started.elapsed().as_nanos() as f64);
+            }
+        }
         for ((_, reviewer, cold), samples) in runs.iter().zip(&mut samples) {
             for _ in 0..per_round {
                 for (review, samples) in reviews.iter().zip(samples.iter_mut()) {
@@ -190,6 +202,18 @@ fn review_path(rounds: usize, batch: usize, evict_kb: usize, marked: Option<&str
         .collect();
     let labels: Vec<String> = runs.iter().map(|(l, _, _)| l.clone()).collect();
     let warm = reviewers.len();
+    let estimate = estimates
+        .iter_mut()
+        .map(|times| common::median(times))
+        .sum::<f64>()
+        / estimates.len() as f64;
+    let wasm_total = medians[warm - 1][medians[warm - 1].len() - 1];
+    println!(
+        "\nthe server's decoded-size estimate (webhook::decoded::estimate, before each review): {} per review of the mix, {:.1} % of the Wasm review path's {}",
+        common::show_ns(estimate),
+        100.0 * estimate / wasm_total,
+        common::show_ns(wasm_total)
+    );
     table(
         &format!(
             "review path in process, per review of the load generator's mix: medians over {rounds} \
