@@ -55,6 +55,25 @@ struct Critical {
     #[serde(rename = "type")]
     kind: String,
     image: Image,
+    /// The repository the signer signed the manifest for (cosign writes it).
+    #[serde(default)]
+    identity: Option<Identity>,
+}
+
+#[derive(Deserialize)]
+struct Identity {
+    #[serde(rename = "docker-reference", default)]
+    docker_reference: String,
+}
+
+/// The repository of a reference: without its `@digest` or `:tag` (a colon after the last `/`
+/// is a tag; one before it is a registry's port).
+fn repository_of(reference: &str) -> &str {
+    let name = reference.split('@').next().unwrap_or(reference);
+    match name.rfind(':') {
+        Some(colon) if !name[colon..].contains('/') => &name[..colon],
+        _ => name,
+    }
 }
 
 #[derive(Deserialize)]
@@ -245,6 +264,7 @@ impl Verification {
             .map(|key| key.key().map(|parsed| (key.name.as_str(), parsed)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut other_digests = Vec::new();
+        let mut other_repositories = Vec::new();
         for signature in signatures {
             let Ok(payload) = serde_json::from_str::<Payload>(&signature.payload) else {
                 continue;
@@ -256,13 +276,34 @@ impl Verification {
                 other_digests.push(payload.critical.image.digest);
                 continue;
             }
+            // What it was signed for: this repository, or one the rule names (the original of
+            // a mirror, when the rule lists both). A signature made for another repository does
+            // not vouch for this one, even of the same bytes.
+            let signed_for = payload
+                .critical
+                .identity
+                .as_ref()
+                .map(|identity| repository_of(&identity.docker_reference))
+                .unwrap_or_default();
+            let names_this = signed_for == repository
+                || rule
+                    .references
+                    .iter()
+                    .any(|pattern| pattern_matches(pattern, signed_for));
             for (name, key) in &keys {
                 let checked = key.verify_signature(
                     sigstore::crypto::Signature::Base64Encoded(signature.signature.as_bytes()),
                     signature.payload.as_bytes(),
                 );
                 if checked.is_ok() {
-                    return Ok(Some((*name).to_string()));
+                    if names_this {
+                        return Ok(Some((*name).to_string()));
+                    }
+                    other_repositories.push(if signed_for.is_empty() {
+                        "no repository".to_string()
+                    } else {
+                        signed_for.to_string()
+                    });
                 }
             }
         }
@@ -270,6 +311,13 @@ impl Verification {
             "none of its {} signature(s) is by a trusted key ({names})",
             signatures.len()
         );
+        if !other_repositories.is_empty() {
+            why.push_str(&format!(
+                "; {} trusted signature(s) were made for {}, which the rule for {repository} does                  not name (a mirror's rule lists its original's repository too)",
+                other_repositories.len(),
+                other_repositories.join(", ")
+            ));
+        }
         if !other_digests.is_empty() {
             why.push_str(&format!(
                 "; {} of them sign(s) another manifest ({}), not {manifest_digest}",
@@ -738,6 +786,71 @@ mod tests {
                 .expect("nothing configured"),
             None
         );
+    }
+
+    #[test]
+    fn a_signature_vouches_only_for_the_repositories_the_rule_names() {
+        let (signing, public) = key();
+        let signed_for = |repository: &str| {
+            let payload = payload(repository, DIGEST);
+            let signature = signing.sign(payload.as_bytes()).expect("sign");
+            Signature { payload, signature }
+        };
+        let mirror = "mirror.eu1.example.net/platform/dmz-guard";
+        let rule = |references: &[&str]| Verification {
+            rules: vec![VerificationRule {
+                references: references.iter().map(|r| r.to_string()).collect(),
+                keys: vec![public.clone()],
+            }],
+        };
+        // The same bytes signed for another team's repository: refused here.
+        let only_platform = rule(&["registry.example.net/platform/*"]);
+        let err = only_platform
+            .check(
+                "r",
+                REPOSITORY,
+                DIGEST,
+                &[signed_for("registry.example.net/sandbox/dmz-guard")],
+            )
+            .expect_err("signed for another repository")
+            .to_string();
+        assert!(
+            err.contains("made for registry.example.net/sandbox/dmz-guard"),
+            "{err}"
+        );
+        // A mirror's copy: accepted where its rule names the original too, not otherwise.
+        let mirrored = rule(&[
+            "mirror.eu1.example.net/platform/*",
+            "registry.example.net/platform/*",
+        ]);
+        assert!(mirrored
+            .check("r", mirror, DIGEST, &[signed_for(REPOSITORY)])
+            .is_ok());
+        let mirror_only = rule(&["mirror.eu1.example.net/platform/*"]);
+        assert!(mirror_only
+            .check("r", mirror, DIGEST, &[signed_for(REPOSITORY)])
+            .is_err());
+        // A tag or digest in the signed reference, and a registry port, are not the repository.
+        assert_eq!(
+            repository_of("127.0.0.1:5000/platform/dmz-guard:1.2"),
+            "127.0.0.1:5000/platform/dmz-guard"
+        );
+        assert_eq!(
+            repository_of("127.0.0.1:5000/platform/dmz-guard@sha256:11"),
+            "127.0.0.1:5000/platform/dmz-guard"
+        );
+        assert_eq!(
+            repository_of("127.0.0.1:5000/platform/dmz-guard"),
+            "127.0.0.1:5000/platform/dmz-guard"
+        );
+        assert!(only_platform
+            .check(
+                "r",
+                REPOSITORY,
+                DIGEST,
+                &[signed_for(&format!("{REPOSITORY}:0.1.0"))]
+            )
+            .is_ok());
     }
 
     #[test]
