@@ -658,6 +658,12 @@ fn backstops(values: &str, dir: &Path) -> (Value, Value) {
         let text = config["data"][file].as_str().expect("a file");
         std::fs::write(dir.join(file), text).expect("write the configuration");
     }
+    // The settings file a value set may name (mounted into the pods, never read by the chart).
+    std::fs::write(
+        dir.join("site-capvcd.yaml"),
+        "maxNics: 4\nallowNicChangesOnProvisioned: true\n",
+    )
+    .expect("write the settings file");
     let output = Command::new(&binaries().nicpolicy)
         .args([
             "export",
@@ -725,6 +731,13 @@ fn the_charts_backstop_is_what_nicpolicy_export_backstop_writes() {
                 "{inventory}policies:\n  VCDMachine:\n    - builtin: role-based\n      settings: {{capvcd: {{maxNics: 5}}, worker: {{allowed: [storage-net]}}}}\n  VCDMachineTemplate:\n    - builtin: zone-aware\n      settings: {{default: {{storage: storage-net}}, capvcd: {{maxNics: 3}}}}\n"
             ),
             2,
+        ),
+        (
+            "settings from a file the pods read",
+            format!(
+                "{inventory}policies:\n  VCDMachine:\n    - builtin: capvcd\n      settingsFile: site-capvcd.yaml\n  VCDMachineTemplate:\n    - builtin: capvcd\n"
+            ),
+            1,
         ),
         (
             "a warn-mode first entry",
