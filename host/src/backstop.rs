@@ -168,10 +168,8 @@ pub fn inventory_param(inventory: &Inventory) -> String {
 pub struct Export {
     /// The ConfigMap, then a ValidatingAdmissionPolicy and its binding per kind.
     pub objects: Vec<Value>,
-    /// Per kind, what the backstop does not cover.
-    pub not_covered: BTreeMap<ObjectKind, Vec<String>>,
-    /// Per kind, the policies whose rules it holds.
-    pub covered: BTreeMap<ObjectKind, Vec<String>>,
+    /// Each kind's backstop; its `not_covered` ends with what no backstop covers.
+    pub kinds: BTreeMap<ObjectKind, KindBackstop>,
 }
 
 /// The backstop of every kind `served` serves.
@@ -189,10 +187,7 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
     if let Some(inventory) = &served.inventory {
         params.insert(INVENTORY_PARAM.to_string(), inventory_param(inventory));
     }
-    let mut objects = Vec::new();
-    let mut not_covered = BTreeMap::new();
-    let mut covered = BTreeMap::new();
-    let mut kinds = Vec::new();
+    let mut kinds = BTreeMap::new();
     for (kind, chain) in &served.chains {
         let fields: Vec<String> = served
             .config
@@ -202,11 +197,16 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
             .unwrap_or_default();
         let mut backstop = of_chain(*kind, chain, &fields)?;
         params.append(&mut backstop.params);
-        not_covered.insert(*kind, common_not_covered(&backstop.not_covered));
-        covered.insert(*kind, backstop.covered.clone());
-        kinds.push((*kind, backstop));
+        backstop.not_covered.extend(
+            [
+                "defaulting: the mutating webhook's writes (role defaults, mapped names) and the NIC plan annotation",
+                "rules that need the machine's VCDCluster or owner Machine (onUnknownCluster, the provisioner's unapplied fields)",
+            ]
+            .map(String::from),
+        );
+        kinds.insert(*kind, backstop);
     }
-    objects.push(params_config_map(&params, options));
+    let mut objects = vec![params_config_map(&params, options)];
     for (kind, backstop) in &kinds {
         if backstop.validations.is_empty() {
             // kube-apiserver refuses a policy without validations; the kind is named as not
@@ -216,24 +216,7 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
         objects.push(policy_object(*kind, &backstop.validations, options));
         objects.push(binding_object(*kind, options));
     }
-    Ok(Export {
-        objects,
-        not_covered,
-        covered,
-    })
-}
-
-/// The chain's own lines, then what no backstop covers whatever the policies.
-fn common_not_covered(lines: &[String]) -> Vec<String> {
-    let mut all = lines.to_vec();
-    all.extend(
-        [
-            "defaulting: the mutating webhook's writes (role defaults, mapped names) and the NIC plan annotation",
-            "rules that need the machine's VCDCluster or owner Machine (onUnknownCluster, the provisioner's unapplied fields)",
-        ]
-        .map(String::from),
-    );
-    all
+    Ok(Export { objects, kinds })
 }
 
 /// `<name>-backstop-vcdmachine`.

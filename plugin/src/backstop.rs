@@ -132,21 +132,17 @@ impl Builder {
         format!("{}.{field}", self.kind.spec_path())
     }
 
-    /// Sets parameter `key` (prefixed) to `value` and returns the CEL that reads it as a string.
-    pub fn param(&mut self, key: &str, value: impl Into<String>) -> String {
+    /// Sets parameter `key` (prefixed) to `value` and returns the CEL that reads it.
+    pub fn param(&mut self, key: &str, value: impl Into<String>) -> Param {
         let key = format!("{}{key}", self.prefix);
-        let read = format!("params.data[{}]", quote(&key));
+        let read = Param::of(&key);
         self.backstop.params.insert(key, value.into());
         read
     }
 
-    /// CEL that is true when the inventory parameter is present, and the CEL that reads it.
-    pub fn inventory_param(&self) -> (String, String) {
-        let key = quote(INVENTORY_PARAM);
-        (
-            format!("has(params.data) && {key} in params.data"),
-            format!("params.data[{key}]"),
-        )
+    /// The CEL that reads the inventory parameter ([`INVENTORY_PARAM`]), which the host sets.
+    pub fn inventory_param(&self) -> Param {
+        Param::of(INVENTORY_PARAM)
     }
 
     /// CEL for the list of extra networks of `object` (`object` or `oldObject`): the variable
@@ -225,6 +221,32 @@ impl Builder {
     /// The backstop built.
     pub fn finish(self) -> Backstop {
         self.backstop
+    }
+}
+
+/// A parameter of the ConfigMap, as CEL: [`Param::read`] (also its `Display`) reads it as a
+/// string, [`Param::present`] is true when the ConfigMap holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// `params.data['key']`.
+    pub read: String,
+    /// `(has(params.data) && 'key' in params.data)`.
+    pub present: String,
+}
+
+impl Param {
+    fn of(key: &str) -> Param {
+        let key = quote(key);
+        Param {
+            read: format!("params.data[{key}]"),
+            present: format!("(has(params.data) && {key} in params.data)"),
+        }
+    }
+}
+
+impl std::fmt::Display for Param {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.read)
     }
 }
 

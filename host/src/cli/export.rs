@@ -139,18 +139,17 @@ fn export_backstop(args: BackstopArgs) -> Result<u8, Failure> {
         "# nicpolicy backstop of {label}: kube-apiserver evaluates these itself, so they hold\n\
          # while no webhook answers. They refuse only what the policies refuse.\n"
     );
-    for (kind, lines) in &export.not_covered {
-        let covered = &export.covered[kind];
-        let what = if covered.is_empty() {
+    for (kind, backstop) in &export.kinds {
+        let what = if backstop.covered.is_empty() {
             "no policy written".to_string()
         } else {
-            format!("the rules of {}", covered.join(", "))
+            format!("the rules of {}", backstop.covered.join(", "))
         };
         text.push_str(&format!(
             "#\n# {}: {what}. Left to the webhook:\n",
             kind.as_str()
         ));
-        for line in lines {
+        for line in &backstop.not_covered {
             text.push_str(&format!("#   - {line}\n"));
         }
     }
@@ -173,10 +172,10 @@ fn export_backstop(args: BackstopArgs) -> Result<u8, Failure> {
                 export.objects.len()
             );
         }
-        None => print!("{text}"),
+        None => super::out::print(&text)?,
     }
-    for (kind, covered) in &export.covered {
-        if covered.is_empty() {
+    for (kind, backstop) in &export.kinds {
+        if backstop.covered.is_empty() {
             eprintln!(
                 "warning: {}: no policy of the chain has a backstop; no policy is written for it",
                 kind.as_str()

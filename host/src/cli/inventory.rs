@@ -1,7 +1,6 @@
 //! `nicpolicy inventory import`: the org VDC networks as Cloud Director knows them, written as
 //! the inventory file the rest of nicpolicy reads.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -149,10 +148,7 @@ fn run_import(args: ImportArgs) -> Result<u8, Failure> {
                 imported.inventory.networks.len()
             );
         }
-        None => std::io::stdout()
-            .write_all(text.as_bytes())
-            .context("cannot write to stdout")
-            .map_err(runtime)?,
+        None => super::out::print(&text)?,
     }
     Ok(0)
 }

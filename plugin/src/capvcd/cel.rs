@@ -75,7 +75,7 @@ pub fn max_nics(settings: &Settings, builder: &mut Builder) {
         rule: rules::MAX_NICS.into(),
         expression: format!(
             "size({list}) + 1 <= ({} ? int({max}) : {VCD_MAX_NICS})",
-            present(&max)
+            max.present
         ),
         message: format!("{field}: more NICs than this site allows (maxNics, at most {VCD_MAX_NICS} in Cloud Director)"),
         message_expression: Some(format!(
@@ -83,7 +83,7 @@ pub fn max_nics(settings: &Settings, builder: &mut Builder) {
              string(size({list})) + ' extra networks), but at most ' + ({} ? {max} : '{VCD_MAX_NICS}') \
              + ' are allowed (maxNics)'",
             quote(&field),
-            present(&max)
+            max.present
         )),
         field,
         reason: Reason::TooMany,
@@ -96,12 +96,13 @@ pub fn max_nics(settings: &Settings, builder: &mut Builder) {
 pub fn inventory(builder: &mut Builder) {
     let list = builder.extras("object");
     let field = builder.field("extraOvdcNetworks");
-    let (has_inventory, networks) = builder.inventory_param();
+    let networks = builder.inventory_param();
     let unknown = format!("!{networks}.contains('\\n' + n + '\\n')");
     builder.validate(Validation {
         rule: rules::INVENTORY.into(),
         expression: format!(
-            "!({has_inventory}) || {} || {list}.all(n, !({unknown}))",
+            "!{} || {} || {list}.all(n, !({unknown}))",
+            networks.present,
             short(&list)
         ),
         message: format!("{field}: a network is not a network of the org VDC"),
@@ -138,7 +139,7 @@ pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_li
             let read = builder.param("defaultsEmptyList", defaults.to_string());
             format!(
                 " || ({} && {read} == 'true' && size({list}) == 0)",
-                present(&read)
+                read.present
             )
         }
         None => String::new(),
@@ -149,7 +150,7 @@ pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_li
             "!({} && {}) || ({} && {allow} == 'true'){empty} || {list} == {old}",
             builder.provisioned("oldObject"),
             builder.provisioned("object"),
-            present(&allow),
+            allow.present,
         ),
         message: format!(
             "{field}: the extra networks of a provisioned machine cannot change (CAPVCD would \
@@ -160,15 +161,6 @@ pub fn provisioned(settings: &Settings, builder: &mut Builder, defaults_empty_li
         field,
         reason: Reason::Forbidden,
     });
-}
-
-/// CEL that is true when the parameter `read` (`params.data['key']`) is present.
-fn present(read: &str) -> String {
-    let key = read
-        .strip_prefix("params.data[")
-        .and_then(|rest| rest.strip_suffix(']'))
-        .unwrap_or("''");
-    format!("(has(params.data) && {key} in params.data)")
 }
 
 /// What the CAPVCD policy checks that its backstop does not.
