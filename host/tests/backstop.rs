@@ -4,8 +4,9 @@
 //! refuses, the policy refuses too, on the same field.
 #![cfg(feature = "builtin")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use nicpolicy::backstop::{self, KindBackstop};
 use nicpolicy::cases::Case;
@@ -14,20 +15,10 @@ use nicpolicy::manifest::ManifestFile;
 use nicpolicy::plugin::backstop::{variables, Validation, INVENTORY_PARAM};
 use nicpolicy::plugin::{Decision, Inventory, ObjectKind, Request};
 use nicpolicy::request::build_request;
-use nicpolicy::{builtin, Host, HostConfig, Policy, PolicyOptions};
+use nicpolicy::{builtin, Policy, PolicyOptions};
 use serde_json::{json, Value};
 
-fn host() -> &'static Host {
-    static HOST: OnceLock<Host> = OnceLock::new();
-    HOST.get_or_init(|| {
-        Host::new(HostConfig {
-            cache_dir: None,
-            max_instances: 16,
-            ..HostConfig::default()
-        })
-        .expect("engine starts")
-    })
-}
+use common::host;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -1,6 +1,8 @@
 //! Chains of the built-in CAPVCD policy with hand-written modules: how a chain combines,
 //! attributes and reports its policies' decisions, and how it fails.
 
+mod common;
+
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -9,22 +11,10 @@ use nicpolicy::chain::*;
 use nicpolicy::mode::{Mode, AUDIT_PREFIX};
 use nicpolicy::plugin::abi::pack;
 use nicpolicy::plugin::{Decision, Origin, Reason, Request, Source};
-use nicpolicy::{
-    builtin, Host, HostConfig, Limits, LoadError, Policy, PolicyOptions, RequestFiles,
-};
+use nicpolicy::{builtin, Limits, LoadError, Policy, PolicyOptions, RequestFiles};
 use serde_json::json;
 
-fn host() -> &'static Host {
-    static HOST: OnceLock<Host> = OnceLock::new();
-    HOST.get_or_init(|| {
-        Host::new(HostConfig {
-            cache_dir: None,
-            max_instances: 16,
-            ..HostConfig::default()
-        })
-        .expect("engine starts")
-    })
-}
+use common::host;
 
 fn capvcd() -> Policy {
     static CAPVCD: OnceLock<Policy> = OnceLock::new();
@@ -320,18 +310,7 @@ fn a_failing_policy_stops_the_chain_and_is_named() {
     // If the chain went on after the trap, this policy would run into its time limit.
     let spinning = host()
         .load(
-            &wat::parse_str(
-                r#"(module
-                  (memory (export "memory") 1)
-                  (data (i32.const 16) "{\"valid\":true}")
-                  (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
-                  (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
-                  (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
-                    i64.const 68719476750)
-                  (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
-                    (loop $spin (br $spin)) unreachable))"#,
-            )
-            .expect("valid wat"),
+            &common::abi_module("(loop $spin (br $spin)) unreachable"),
             PolicyOptions {
                 limits: Limits::default().with_timeout(Duration::from_millis(50)),
                 ..PolicyOptions::default()

@@ -15,9 +15,8 @@ fn workspace() -> PathBuf {
 }
 
 fn nicpolicy(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nicpolicy"))
+    common::nicpolicy_command()
         .args(args)
-        .current_dir(workspace())
         .env(
             "NICPOLICY_CACHE_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
@@ -267,18 +266,7 @@ fn missing_file_and_non_wasm_policy_are_usage_errors() {
 
 #[test]
 fn looping_policy_is_stopped_and_reported() {
-    let wasm = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (data (i32.const 16) "{\"valid\":true}")
-          (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
-          (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
-          (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
-            i64.const 68719476750)
-          (func (export "nicpolicy_evaluate") (param i32 i32) (result i64)
-            (loop $spin (br $spin)) unreachable))"#,
-    )
-    .expect("valid wat");
+    let wasm = common::abi_module("(loop $spin (br $spin)) unreachable");
     let policy = scratch("spin.wasm", &wasm);
     let mut args = EXAMPLE.to_vec();
     args.extend(["--policy", &policy, "--timeout", "100ms", "--no-cache"]);
@@ -733,18 +721,7 @@ fn export_backstop_writes_a_policy_and_binding_per_kind_with_the_settings_as_par
 
     // A chain whose policy has no backstop gets no policy object (kube-apiserver refuses one
     // without validations), and says so.
-    let wasm = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (data (i32.const 16) "{\"valid\":true}")
-          (func (export "nicpolicy_abi_version") (result i32) i32.const 1)
-          (func (export "nicpolicy_alloc") (param i32) (result i32) i32.const 1024)
-          (func (export "nicpolicy_validate_settings") (param i32 i32) (result i64)
-            i64.const 68719476750)
-          (func (export "nicpolicy_evaluate") (param i32 i32) (result i64) unreachable))"#,
-    )
-    .expect("valid wat");
-    let module = scratch("no-backstop.wasm", &wasm);
+    let module = scratch("no-backstop.wasm", &common::abi_module("unreachable"));
     let config_text = format!(
             "apiVersion: nicpolicy.io/v1alpha1\nkind: ServeConfig\npolicies:\n  VCDMachine:\n    - path: {module}\n  VCDMachineTemplate:\n    - builtin: capvcd\n"
     );

@@ -343,3 +343,14 @@ pub async fn planned_on(
     }
     panic!("no review planned NIC 0 on {primary} within {deadline:?}; last answer: {last}");
 }
+
+/// The objects of a multi-document YAML text (`helm template`'s, `nicpolicy export`'s): the
+/// documents that parse, empty ones left out.
+pub fn yaml_objects(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .filter_map(|document| {
+            let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
+            value.filter(|v| !v.is_null())
+        })
+        .collect()
+}

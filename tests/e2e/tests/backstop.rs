@@ -519,9 +519,7 @@ async fn while_the_webhook_is_down_the_backstop_refuses_what_it_catches_and_noth
     );
     let text = std::fs::read_to_string(&manifest).expect("the manifest");
     assert!(text.contains("Left to the webhook:"), "{text}");
-    let mut objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|document| serde::Deserialize::deserialize(document).expect("YAML"))
-        .collect();
+    let mut objects = nicpolicy_e2e::fixtures::yaml_objects(&text);
     assert_eq!(
         objects.len(),
         5,

@@ -503,12 +503,7 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         );
         // The namespace follows the release: the certificate's names, the CA injection and
         // the webhooks' Service.
-        let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
-            .filter_map(|document| {
-                let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
-                value.filter(|v| !v.is_null())
-            })
-            .collect();
+        let objects: Vec<Value> = nicpolicy_e2e::fixtures::yaml_objects(&rendered);
         let find = |kind: &str| {
             objects
                 .iter()
@@ -644,12 +639,7 @@ fn backstops(values: &str, dir: &Path) -> (Value, Value) {
         values_file.to_str().expect("a UTF-8 path"),
     ]);
     assert!(ok, "helm template: {err}");
-    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
-        .filter_map(|document| {
-            let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
-            value.filter(|v| !v.is_null())
-        })
-        .collect();
+    let objects: Vec<Value> = nicpolicy_e2e::fixtures::yaml_objects(&rendered);
     let config = objects
         .iter()
         .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "nicpolicy-config")
@@ -681,12 +671,7 @@ fn backstops(values: &str, dir: &Path) -> (Value, Value) {
         String::from_utf8_lossy(&output.stderr)
     );
     let exported: Vec<Value> =
-        serde_yaml_ng::Deserializer::from_str(std::str::from_utf8(&output.stdout).expect("UTF-8"))
-            .filter_map(|document| {
-                let value: Option<Value> = serde::Deserialize::deserialize(document).ok();
-                value.filter(|v| !v.is_null())
-            })
-            .collect();
+        nicpolicy_e2e::fixtures::yaml_objects(std::str::from_utf8(&output.stdout).expect("UTF-8"));
     let summary = |objects: &[Value]| {
         let mut out = serde_json::Map::new();
         for o in objects {
