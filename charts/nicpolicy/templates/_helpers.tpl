@@ -154,3 +154,17 @@ name before, controller.installPolicyReportCRD, is set false. Non-empty means ye
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+The built-in policy whose backstop the chart renders for a kind (dict "root" . "kind" KIND):
+the chain's first entry when it is an enforced built-in policy with inline settings (a
+settingsFile is read by the pods, not the chart); empty otherwise.
+*/}}
+{{- define "nicpolicy.backstopPolicy" -}}
+{{- $file := .root.Files.Get "files/backstop.yaml" | fromYaml }}
+{{- $entry := first (index .root.Values.policies .kind | default list) | default dict }}
+{{- $policy := $entry.builtin | default "" | trimPrefix "builtin:" }}
+{{- if and $policy (ne (lower ($entry.mode | default "enforce")) "warn") (hasKey $file.policies $policy) (not (hasKey $entry "settingsFile")) }}
+{{- $policy }}
+{{- end }}
+{{- end }}

@@ -395,9 +395,13 @@ impl Client {
                 }
                 body.extend_from_slice(&chunk);
             }
+            if (200..=299).contains(&status) {
+                return Ok(body);
+            }
+            // Only a refusal's body is read for Cloud Director's message: a page is parsed once,
+            // by the caller.
             let detail = detail(&body);
             return match status {
-                200..=299 => Ok(body),
                 401 => Err(ClientError::Unauthorized {
                     what: what.to_string(),
                     org: self.org.clone(),
