@@ -128,14 +128,19 @@ fn manifest(layers: usize, size: u64) -> String {
 }
 
 fn options(timeouts: Timeouts) -> RegistryOptions {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("registry-bounds");
-    std::fs::create_dir_all(&dir).expect("dir");
-    // Anonymous, whatever the machine's user has logged in to.
-    let anonymous = dir.join("anonymous.json");
-    std::fs::write(&anonymous, "{\"auths\": {}}").expect("config");
+    // Anonymous, whatever the machine's user has logged in to. Written once: the tests run at
+    // once, and a rewrite truncates the file under another test's reading of it.
+    static ANONYMOUS: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let anonymous = ANONYMOUS.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("registry-bounds");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let anonymous = dir.join("anonymous.json");
+        std::fs::write(&anonymous, "{\"auths\": {}}").expect("config");
+        anonymous
+    });
     RegistryOptions {
         plain_http: true,
-        docker_config: Some(anonymous),
+        docker_config: Some(anonymous.clone()),
         timeouts,
         ..RegistryOptions::default()
     }
