@@ -187,13 +187,14 @@ pub struct Rendered {
     pub node_ip: Option<String>,
 }
 
-/// The network config of the VM whose NICs Cloud Director reports as `vm`, built to `plan`,
-/// with the networks' details from `inventory` and `guest` (see the module documentation).
+/// The network config of the VM whose NICs Cloud Director reports as `vm`, built to `plan` (the
+/// NICs as the provisioner builds them: [`crate::vcd::built_nics`]), with the networks' details
+/// from `inventory` and `guest` (see the module documentation).
 ///
 /// # Errors
-/// The VM does not have a planned NIC or has it on another network, a NIC with a static
-/// address has none on the VM and in the plan, or the inventory does not give a static NIC's
-/// network its prefix length, or the primary's gateway.
+/// The VM does not have a planned NIC or has it on another network or in another mode, a NIC
+/// with a static address has none on the VM and in the plan, or the inventory does not give a
+/// static NIC's network its prefix length, or the primary's gateway.
 pub fn render(
     plan: &[Nic],
     vm: &VmNics,
@@ -223,6 +224,19 @@ pub fn render(
                     "the VM's NIC {index} is on {}, the plan's on {}: the section is not of a VM \
                      built to this plan",
                     on_vm.nic.network, nic.network
+                ),
+            });
+        }
+        // The guest is configured for the NIC as built: a VM in another mode is not one built
+        // by the provisioner the plan was built for (a profile that is not the site's build).
+        if on_vm.nic.ip_allocation_mode != nic.ip_allocation_mode {
+            return Err(RenderError::Vm {
+                index,
+                problem: format!(
+                    "the VM's NIC {index} is {}, built to the plan it is {}: is the provisioner \
+                     (--provisioner) the site's build?",
+                    on_vm.nic.ip_allocation_mode.as_str(),
+                    nic.ip_allocation_mode.as_str()
                 ),
             });
         }
@@ -471,6 +485,14 @@ mod tests {
         other.nics[1].nic.network = "backup-net".into();
         let err = render(&plan, &other, &inventory(), &BTreeMap::new()).unwrap_err();
         assert!(err.to_string().contains("is on backup-net"), "{err}");
+        let mut other_mode = vm(&plan, &[Some("10.10.0.23"), Some("10.20.0.31"), None]);
+        other_mode.nics[1].nic.ip_allocation_mode = IpAllocationMode::Dhcp;
+        let err = render(&plan, &other_mode, &inventory(), &BTreeMap::new()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "NIC 1: the VM's NIC 1 is DHCP, built to the plan it is POOL: is the provisioner \
+             (--provisioner) the site's build?"
+        );
         let unbuilt = vm(&plan, &[None, None, None]);
         let err = render(&plan, &unbuilt, &inventory(), &BTreeMap::new()).unwrap_err();
         assert!(

@@ -100,52 +100,27 @@ pub fn capvcd_nics(primary: &str, extras: &[String]) -> Vec<Nic> {
 }
 
 /// The NICs `provisioner` builds for `plan` on a machine whose `extraOvdcNetworks` is
-/// `extras`: stock CAPVCD's NICs ([`capvcd_nics`], the primary network taken from the plan's
-/// NIC 0), each field the provisioner applies taken from the plan instead.
+/// `extras`: its NICs on the primary network (taken from the plan's NIC 0) and the extras
+/// ([`capvcd_nics`]' order), each built from the plan's NIC at that index when it is on the
+/// same network ([`Provisioner::build`]: the fields it applies taken from the plan, the others
+/// as its profile builds them), as the profile builds an unplanned NIC otherwise.
 pub fn built_nics(provisioner: &Provisioner, plan: &[Nic], extras: &[String]) -> Vec<Nic> {
     let Some(primary) = plan.iter().find(|nic| nic.index == 0) else {
         return Vec::new();
     };
-    let applied = |field| provisioner.applies(field);
-    if applied(PlanField::Network) {
+    if provisioner.applies(PlanField::Network) {
         // A provisioner that attaches the plan's networks builds the plan's NICs.
-        return plan
-            .iter()
-            .map(|nic| {
-                let built = Nic::capvcd(nic.index, nic.network.clone());
-                take_applied(provisioner, nic, built)
-            })
-            .collect();
+        return plan.iter().map(|nic| provisioner.build(nic)).collect();
     }
     capvcd_nics(&primary.network, extras)
         .into_iter()
         .map(
-            |built| match plan.iter().find(|nic| nic.index == built.index) {
-                Some(nic) if nic.network == built.network => take_applied(provisioner, nic, built),
-                _ => built,
+            |stock| match plan.iter().find(|nic| nic.index == stock.index) {
+                Some(nic) if nic.network == stock.network => provisioner.build(nic),
+                _ => provisioner.build_unplanned(stock.index, &stock.network),
             },
         )
         .collect()
-}
-
-/// `built` with the fields `provisioner` applies taken from the plan's `nic`.
-fn take_applied(provisioner: &Provisioner, nic: &Nic, mut built: Nic) -> Nic {
-    if provisioner.applies(PlanField::Primary) {
-        built.primary = nic.primary;
-    }
-    if provisioner.applies(PlanField::IpAllocationMode) {
-        built.ip_allocation_mode = nic.ip_allocation_mode;
-    }
-    if provisioner.applies(PlanField::IpAddress) {
-        built.ip_address = nic.ip_address.clone();
-    }
-    if provisioner.applies(PlanField::AdapterType) {
-        built.adapter_type = nic.adapter_type;
-    }
-    if provisioner.applies(PlanField::Connected) {
-        built.connected = nic.connected;
-    }
-    built
 }
 
 /// A VM's network connections as Cloud Director returns them.
@@ -413,18 +388,19 @@ fn read_field(
     Ok(())
 }
 
-/// One way a VM's NICs differ from its plan.
+/// One way a VM's NICs differ from what its provisioner builds for its plan
+/// ([`built_nics`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum Drift {
-    /// A planned NIC the VM does not have.
+    /// A NIC to be built that the VM does not have.
     Missing {
-        /// Its index in the plan.
+        /// Its index.
         index: u32,
         /// Its network.
         network: String,
     },
-    /// A NIC of the VM the plan does not have.
+    /// A NIC of the VM that is not to be built.
     Unplanned {
         /// Its index on the VM.
         index: u32,
@@ -438,41 +414,71 @@ pub enum Drift {
         index: u32,
         /// Which field.
         field: PlanField,
-        /// The plan's value.
-        planned: String,
+        /// What the provisioner builds for the plan.
+        expected: String,
         /// The VM's.
         found: String,
     },
 }
 
+/// A VM's NIC that is not yet what it will be, without differing from it: a `DHCP` NIC whose
+/// address is not leased yet. Every build waits for the primary's address before the machine
+/// is ready (Deckhouse's without an error, patch `010-handle-dhcp-empty-ip`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// The NIC's index.
+    pub index: u32,
+    /// Its network.
+    pub network: String,
+    /// Whether it is the primary, whose address the machine waits for.
+    pub primary: bool,
+}
+
+impl Pending {
+    /// `NIC 0 (mgmt-net): DHCP, no address leased yet`.
+    pub fn message(&self) -> String {
+        let waits = if self.primary {
+            " (the machine is not ready until it is)"
+        } else {
+            ""
+        };
+        format!(
+            "NIC {} ({}): DHCP, no address leased yet{waits}",
+            self.index, self.network
+        )
+    }
+}
+
 impl Drift {
-    /// `NIC 1: ipAllocationMode is POOL on the VM, the plan has DHCP`.
+    /// `NIC 1: ipAllocationMode is POOL on the VM, DHCP as built from the plan`.
     pub fn message(&self) -> String {
         match self {
             Drift::Missing { index, network } => {
-                format!("NIC {index} ({network}) is planned but the VM has no NIC {index}")
+                format!("NIC {index} ({network}) is to be built but the VM has no NIC {index}")
             }
             Drift::Unplanned { index, network } => {
-                format!("the VM has NIC {index} ({network}), which the plan does not have")
+                format!("the VM has NIC {index} ({network}), which is not to be built")
             }
             Drift::Field {
                 index,
                 field,
-                planned,
+                expected,
                 found,
             } => format!(
-                "NIC {index}: {} is {found} on the VM, the plan has {planned}",
+                "NIC {index}: {} is {found} on the VM, {expected} as built from the plan",
                 field.as_str()
             ),
         }
     }
 }
 
-/// How `vm` differs from the plan `plan`, NIC by NIC in index order. The address is compared
-/// only where the plan fixes one (`MANUAL`): a `POOL` or `DHCP` address is the VM's to have.
-pub fn drift(plan: &[Nic], vm: &VmNics) -> Vec<Drift> {
+/// How `vm` differs from `expected`, the NICs its provisioner builds ([`built_nics`]), NIC by
+/// NIC in index order. The address is compared only where one is fixed (`MANUAL`): a `POOL` or
+/// `DHCP` address is the VM's to have.
+pub fn drift(expected: &[Nic], vm: &VmNics) -> Vec<Drift> {
     let mut found = Vec::new();
-    let mut indexes: Vec<u32> = plan
+    let mut indexes: Vec<u32> = expected
         .iter()
         .map(|n| n.index)
         .chain(vm.nics.iter().map(|n| n.nic.index))
@@ -480,7 +486,7 @@ pub fn drift(plan: &[Nic], vm: &VmNics) -> Vec<Drift> {
     indexes.sort_unstable();
     indexes.dedup();
     for index in indexes {
-        let planned = plan.iter().find(|n| n.index == index);
+        let planned = expected.iter().find(|n| n.index == index);
         let actual = vm
             .nics
             .iter()
@@ -496,12 +502,12 @@ pub fn drift(plan: &[Nic], vm: &VmNics) -> Vec<Drift> {
                 network: a.network.clone(),
             }),
             (Some(p), Some(a)) => {
-                let mut differ = |field: PlanField, planned: String, actual: String| {
-                    if planned != actual {
+                let mut differ = |field: PlanField, expected: String, actual: String| {
+                    if expected != actual {
                         found.push(Drift::Field {
                             index,
                             field,
-                            planned,
+                            expected,
                             found: actual,
                         });
                     }
@@ -540,6 +546,29 @@ pub fn drift(plan: &[Nic], vm: &VmNics) -> Vec<Drift> {
         }
     }
     found
+}
+
+/// The NICs of `vm` that are [`Pending`]: `DHCP` where `expected` (the NICs its provisioner
+/// builds) has `DHCP` too, connected, with no address yet.
+pub fn pending(expected: &[Nic], vm: &VmNics) -> Vec<Pending> {
+    vm.nics
+        .iter()
+        .filter(|on_vm| {
+            on_vm.nic.ip_allocation_mode == IpAllocationMode::Dhcp
+                && on_vm.nic.connected
+                && on_vm.nic.ip_address.is_none()
+                && expected.iter().any(|nic| {
+                    nic.index == on_vm.nic.index
+                        && nic.network == on_vm.nic.network
+                        && nic.ip_allocation_mode == IpAllocationMode::Dhcp
+                })
+        })
+        .map(|on_vm| Pending {
+            index: on_vm.nic.index,
+            network: on_vm.nic.network.clone(),
+            primary: on_vm.nic.primary,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -640,12 +669,12 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "NIC 0: network is storage-net on the VM, the plan has mgmt-net",
-                "NIC 0: primary is false on the VM, the plan has true",
-                "NIC 0: ipAllocationMode is DHCP on the VM, the plan has POOL",
-                "NIC 1: network is mgmt-net on the VM, the plan has storage-net",
-                "NIC 1: primary is true on the VM, the plan has false",
-                "NIC 1: adapterType is E1000E on the VM, the plan has VMXNET3",
+                "NIC 0: network is storage-net on the VM, mgmt-net as built from the plan",
+                "NIC 0: primary is false on the VM, true as built from the plan",
+                "NIC 0: ipAllocationMode is DHCP on the VM, POOL as built from the plan",
+                "NIC 1: network is mgmt-net on the VM, storage-net as built from the plan",
+                "NIC 1: primary is true on the VM, false as built from the plan",
+                "NIC 1: adapterType is E1000E on the VM, VMXNET3 as built from the plan",
             ]
         );
     }
@@ -694,5 +723,104 @@ mod tests {
             "NetworkConnection[0] (\"mgmt-net\").NetworkAdapterType: \"VLANCE\" is not an adapter \
              type nicpolicy plans"
         );
+    }
+
+    /// A VM as Deckhouse's build leaves it: every NIC DHCP, `leased` giving each NIC's address.
+    fn dhcp_vm(leased: [Option<&str>; 2]) -> VmNics {
+        let mut nics = capvcd_nics("mgmt-net", &["storage-net".into()]);
+        for (nic, address) in nics.iter_mut().zip(leased) {
+            nic.ip_allocation_mode = IpAllocationMode::Dhcp;
+            nic.ip_address = address.map(str::to_string);
+        }
+        let mut xml = render_section(&nics);
+        // A GET gives DHCP addresses too (render_section writes only MANUAL ones).
+        for (i, address) in leased.iter().enumerate() {
+            if let Some(address) = address {
+                let at = xml
+                    .match_indices("<IsConnected>")
+                    .nth(i)
+                    .map(|(at, _)| at)
+                    .unwrap();
+                xml.insert_str(at, &format!("<IpAddress>{address}</IpAddress>\n    "));
+            }
+        }
+        parse_section(&xml).unwrap()
+    }
+
+    #[test]
+    fn the_profile_decides_what_the_vm_is_compared_with() {
+        use nicpolicy_plugin::provisioner::Profile;
+        // The plan of a stock policy: POOL everywhere.
+        let plan = capvcd_nics("mgmt-net", &["storage-net".into()]);
+        let extras = ["storage-net".to_string()];
+        let deckhouse = Provisioner::of(Profile::Deckhouse);
+        let built = built_nics(&deckhouse, &plan, &extras);
+        assert!(built
+            .iter()
+            .all(|n| n.ip_allocation_mode == IpAllocationMode::Dhcp));
+
+        // Deckhouse's VM with its addresses: nothing to say.
+        let leased = dhcp_vm([Some("10.10.0.23"), Some("10.20.0.31")]);
+        assert_eq!(drift(&built, &leased), []);
+        assert_eq!(pending(&built, &leased), []);
+        // Without them (still booting): pending, not drift.
+        let booting = dhcp_vm([None, None]);
+        assert_eq!(drift(&built, &booting), []);
+        let waiting: Vec<String> = pending(&built, &booting)
+            .iter()
+            .map(Pending::message)
+            .collect();
+        assert_eq!(
+            waiting,
+            [
+                "NIC 0 (mgmt-net): DHCP, no address leased yet (the machine is not ready until \
+                 it is)",
+                "NIC 1 (storage-net): DHCP, no address leased yet",
+            ]
+        );
+
+        // Stock CAPVCD never builds DHCP: the same VM drifted, with or without addresses.
+        let stock = built_nics(&Provisioner::capvcd(), &plan, &extras);
+        for vm in [&leased, &booting] {
+            let messages: Vec<String> = drift(&stock, vm).iter().map(Drift::message).collect();
+            assert_eq!(
+                messages,
+                [
+                    "NIC 0: ipAllocationMode is DHCP on the VM, POOL as built from the plan",
+                    "NIC 1: ipAllocationMode is DHCP on the VM, POOL as built from the plan",
+                ]
+            );
+            assert_eq!(pending(&stock, vm), []);
+        }
+        // And a POOL VM on a Deckhouse site drifted.
+        let pool_vm = parse_section(&render_section(&plan)).unwrap();
+        assert_eq!(drift(&built, &pool_vm).len(), 2);
+    }
+
+    #[test]
+    fn built_nics_follow_the_profile_and_what_a_custom_build_applies() {
+        use nicpolicy_plugin::provisioner::{Builds, Profile};
+        let mut plan = capvcd_nics("mgmt-net", &["storage-net".into()]);
+        plan[1].ip_allocation_mode = IpAllocationMode::Manual;
+        plan[1].ip_address = Some("10.20.0.50".into());
+        let extras = ["storage-net".to_string(), "backup-net".to_string()];
+        // Stock: POOL, no address; the extra the plan leaves out built as stock builds it.
+        let stock = built_nics(&Provisioner::capvcd(), &plan, &extras);
+        assert_eq!(stock, capvcd_nics("mgmt-net", &extras));
+        // A custom build that applies the mode and address, and builds E1000E adapters.
+        let custom = Provisioner {
+            name: "capvcd-eu1".into(),
+            applies: vec![PlanField::IpAllocationMode, PlanField::IpAddress],
+            builds: Builds {
+                adapter_type: AdapterType::E1000e,
+                ..Builds::default()
+            },
+            ..Provisioner::of(Profile::Custom)
+        };
+        let built = built_nics(&custom, &plan, &extras);
+        assert_eq!(built[1].ip_allocation_mode, IpAllocationMode::Manual);
+        assert_eq!(built[1].ip_address.as_deref(), Some("10.20.0.50"));
+        assert!(built.iter().all(|n| n.adapter_type == AdapterType::E1000e));
+        assert_eq!(built[2].ip_allocation_mode, IpAllocationMode::Pool);
     }
 }

@@ -148,7 +148,7 @@ fn eval_says_which_plan_fields_capvcd_will_not_apply() {
     // A provisioner that applies IP modes: nothing to report.
     let mut site = json.clone();
     site.extend([
-        "--provisioner",
+        "--provisioner-name",
         "capvcd-eu1",
         "--provisioner-applies",
         "ipAllocationMode",
@@ -164,6 +164,191 @@ fn eval_says_which_plan_fields_capvcd_will_not_apply() {
 
     let bad = nicpolicy(&[&args[..], &["--provisioner-applies", "macAddress"]].concat());
     assert_exit_saying(&bad, 2, &["\"macAddress\" is not a plan field"]);
+    // A site's own name where a profile goes; a named build told what it applies.
+    let unknown = nicpolicy(&[&args[..], &["--provisioner", "capvcd-eu1"]].concat());
+    assert_exit_saying(
+        &unknown,
+        2,
+        &["\"capvcd-eu1\" is not a provisioner profile (capvcd-1.3, capvcd-main, deckhouse, custom)"],
+    );
+    let named = nicpolicy(
+        &[
+            &args[..],
+            &[
+                "--provisioner",
+                "deckhouse",
+                "--provisioner-applies",
+                "ipAddress",
+            ],
+        ]
+        .concat(),
+    );
+    assert_exit_saying(&named, 2, &["the deckhouse profile states what it applies"]);
+    let builds = nicpolicy(
+        &[
+            &args[..],
+            &["--provisioner-builds", "ipAllocationMode=MANUAL"],
+        ]
+        .concat(),
+    );
+    assert_exit_saying(
+        &builds,
+        2,
+        &["--provisioner-builds ipAllocationMode=MANUAL: MANUAL needs"],
+    );
+}
+
+/// The worked example on a Deckhouse site: the stock policy plans POOL, Deckhouse's build makes
+/// every NIC DHCP. The plan's markers, the section it PUTs, the guest config and the drift
+/// check of a VM with and without its leases all follow the build.
+#[test]
+fn the_deckhouse_profile_is_what_a_deckhouse_site_builds() {
+    let deckhouse = ["--provisioner", "deckhouse"];
+    let eval = nicpolicy(&[&["eval"][..], &WORKED, &deckhouse, &["-o", "json"]].concat());
+    assert_exit_saying(&eval, 0, &[]);
+    let decision: serde_json::Value = serde_json::from_slice(&eval.stdout).expect("JSON");
+    let unapplied: Vec<(u64, &str, &str)> = decision["unapplied"]
+        .as_array()
+        .expect("unapplied")
+        .iter()
+        .map(|u| {
+            (
+                u["index"].as_u64().unwrap(),
+                u["planned"].as_str().unwrap(),
+                u["built"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        unapplied,
+        [
+            (0, "POOL", "DHCP"),
+            (1, "POOL", "DHCP"),
+            (2, "POOL", "DHCP")
+        ]
+    );
+    assert_eq!(
+        decision["unapplied"][0]["provisioner"],
+        "Deckhouse's CAPVCD"
+    );
+    // The same plan with DHCP planned (a Deckhouse site's settings): nothing to report.
+    let dhcp_settings = scratch(
+        "deckhouse-settings.yaml",
+        b"defaultIpAllocationMode: DHCP\n",
+    );
+    let planned_dhcp = nicpolicy(
+        &[
+            &["eval"][..],
+            &WORKED,
+            &deckhouse,
+            &["--settings", dhcp_settings.as_str(), "-o", "json"],
+        ]
+        .concat(),
+    );
+    let decision: serde_json::Value = serde_json::from_slice(&planned_dhcp.stdout).expect("JSON");
+    assert!(decision.get("unapplied").is_none(), "{decision}");
+
+    // What it PUTs: DHCP everywhere.
+    let built = nicpolicy(&[&["render", "vcd", "--built"][..], &WORKED, &deckhouse].concat());
+    assert_exit_saying(&built, 0, &[]);
+    let xml = stdout(&built);
+    assert_eq!(
+        xml.matches("<IpAddressAllocationMode>DHCP</IpAddressAllocationMode>")
+            .count(),
+        3,
+        "{xml}"
+    );
+    assert!(!xml.contains("POOL"), "{xml}");
+
+    // The guest config of its VM: DHCP on every NIC, the default route from the primary's.
+    let leased = ["--nics", "tests/fixtures/vcd/vm-deckhouse-leased.xml"];
+    let guest = render_network_config(&[&deckhouse[..], &leased].concat());
+    assert_exit_saying(&guest, 0, &[]);
+    let config: serde_json::Value = serde_yaml_ng::from_str(&stdout(&guest)).expect("YAML");
+    let ethernets = config["ethernets"].as_object().expect("ethernets");
+    assert!(ethernets.values().all(|e| e["dhcp4"] == true), "{config}");
+    assert!(
+        ethernets["nic0"].get("dhcp4-overrides").is_none(),
+        "{config}"
+    );
+    assert_eq!(ethernets["nic1"]["dhcp4-overrides"]["use-routes"], false);
+    assert!(
+        stderr(&guest).contains("Deckhouse's CAPVCD writes guestinfo.metadata itself")
+            && stderr(&guest).contains("no kubelet node-ip"),
+        "{}",
+        stderr(&guest)
+    );
+    // The same VM under the default profile is not a VM CAPVCD built.
+    let stock = render_network_config(&leased);
+    assert_exit_saying(
+        &stock,
+        2,
+        &["the VM's NIC 0 is DHCP, built to the plan it is POOL"],
+    );
+
+    // The drift check: the VM with its leases matches, without them it is pending, not drift.
+    let audit = |profile: &[&str], section: &str| {
+        nicpolicy(
+            &[
+                &[
+                    "audit",
+                    "examples/cluster.yaml",
+                    "examples/machine.yaml",
+                    "--inventory",
+                    "examples/inventory.yaml",
+                    "--vm-nics",
+                    &format!("prod-eu1/prod-eu1-md-0-x7k2p={section}"),
+                ][..],
+                profile,
+            ]
+            .concat(),
+        )
+    };
+    let with_leases = audit(&deckhouse, "tests/fixtures/vcd/vm-deckhouse-leased.xml");
+    assert_exit_saying(&with_leases, 0, &[]);
+    assert!(
+        !stdout(&with_leases).contains("drift") && !stdout(&with_leases).contains("pending"),
+        "{}",
+        stdout(&with_leases)
+    );
+    let booting = audit(&deckhouse, "tests/fixtures/vcd/vm-deckhouse-booting.xml");
+    assert_exit_saying(&booting, 0, &[]);
+    let text = stdout(&booting);
+    assert!(!text.contains("drift"), "{text}");
+    assert!(
+        text.contains(
+            "pending: NIC 0 (mgmt-net): DHCP, no address leased yet (the machine is not ready \
+             until it is)"
+        ) && text.contains("pending: NIC 2 (workload-net): DHCP, no address leased yet"),
+        "{text}"
+    );
+    // On a stock site the same VMs drifted, leased or not; a POOL VM drifted on Deckhouse's.
+    for section in [
+        "tests/fixtures/vcd/vm-deckhouse-leased.xml",
+        "tests/fixtures/vcd/vm-deckhouse-booting.xml",
+    ] {
+        let stock = audit(&[], section);
+        assert_exit_saying(&stock, 1, &[]);
+        assert_eq!(
+            stdout(&stock)
+                .matches("ipAllocationMode is DHCP on the VM, POOL as built from the plan")
+                .count(),
+            3,
+            "{}",
+            stdout(&stock)
+        );
+        assert!(!stdout(&stock).contains("pending"));
+    }
+    let pool_vm = audit(&deckhouse, "examples/vm-network-connection-section.xml");
+    assert_exit_saying(&pool_vm, 1, &[]);
+    let json = audit(
+        &[&deckhouse[..], &["-o", "json"]].concat(),
+        "tests/fixtures/vcd/vm-deckhouse-booting.xml",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let pending = &report["clusters"][0]["objects"][0]["pending"];
+    assert_eq!(pending.as_array().map(Vec::len), Some(3), "{report}");
+    assert_eq!(pending[0]["primary"], true);
 }
 
 #[test]
@@ -1320,8 +1505,9 @@ fn audit_reports_a_vm_that_drifted_from_its_plan() {
     assert_exit_saying(&other, 1, &[]);
     let text = stdout(&other);
     assert!(
-        text.contains("drift: NIC 1: network is workload-net on the VM, the plan has storage-net")
-            && text.contains("drift: the VM has NIC 3 (backup-net), which the plan does not have"),
+        text.contains(
+            "drift: NIC 1: network is workload-net on the VM, storage-net as built from the plan"
+        ) && text.contains("drift: the VM has NIC 3 (backup-net), which is not to be built"),
         "{text}"
     );
     let unknown = nicpolicy(&[

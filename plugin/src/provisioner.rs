@@ -1,22 +1,23 @@
 //! What a provisioner applies of a NIC plan.
 //!
 //! A policy plans every NIC of a machine's VM: network, index, primary, IP allocation mode,
-//! address, adapter, connected. The VM is built by the provisioner, and stock CAPVCD builds it
-//! from the machine's networks alone:
+//! address, adapter, connected. The VM is built by the provisioner, and every build a site runs
+//! builds it from the machine's networks alone:
 //!
 //! - the NICs are the primary network (the cluster's `ovdcNetwork`, or the zone's) followed by
 //!   `extraOvdcNetworks` in order, numbered 0, 1, 2, ...; NIC 0 is the primary;
-//! - every NIC it creates is connected, takes its address from the network's static pool
-//!   (`POOL`, no address chosen by anyone else) and is a `VMXNET3` adapter;
+//! - every NIC it creates is connected, a `VMXNET3` adapter, and takes its address the way the
+//!   build does: stock CAPVCD (v1.3.2 and `main`) from the network's static pool (`POOL`),
+//!   Deckhouse's patched v1.3.2 by `DHCP`;
 //! - a NIC already on the VM is kept as it is, found by its network's name.
 //!
-//! So a plan that asks for `DHCP` or `NONE`, a `MANUAL` address, another adapter or a
-//! disconnected NIC describes a VM that stock CAPVCD will not build. [`unapplied`] lists each
-//! such field, with what the provisioner builds instead, so the host can say so: a warning, or
-//! a denial where a site wants one ([`OnUnapplied`]). A site whose provisioner applies more (a
-//! CAPVCD build of its own, a controller that reconfigures NICs after CAPVCD) declares it with
-//! [`Provisioner::applies`]; the fields it does not list are taken to be built as stock CAPVCD
-//! builds them.
+//! A site names its build with a [`Profile`]; [`Provisioner::of`] gives what it builds
+//! ([`Builds`]). So a plan that asks for another mode, a `MANUAL` address, another adapter or a
+//! disconnected NIC describes a VM the build will not make. [`unapplied`] lists each such field,
+//! with what the provisioner builds instead, so the host can say so: a warning, or a denial
+//! where a site wants one ([`OnUnapplied`]). A site whose provisioner applies more (a build of
+//! its own, a controller that reconfigures NICs after CAPVCD) declares it as [`Profile::Custom`]
+//! with [`Provisioner::applies`] and [`Provisioner::builds`].
 
 use serde::{Deserialize, Serialize};
 
@@ -70,16 +71,102 @@ impl PlanField {
     }
 }
 
-/// Who builds the VM's NICs, and which plan fields it applies as planned.
+/// A provisioner build nicpolicy knows by what it does to NICs (docs/plan-to-vm.md has the
+/// facts each rests on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Profile {
+    /// Upstream CAPVCD v1.3.2, the final release: every new NIC `POOL`, `VMXNET3`.
+    #[default]
+    #[serde(rename = "capvcd-1.3")]
+    Capvcd13,
+    /// A build of CAPVCD's unreleased `main` (v1beta3, zones): NICs as v1.3.2 builds them, the
+    /// primary network taken from the machine's zone.
+    #[serde(rename = "capvcd-main")]
+    CapvcdMain,
+    /// Deckhouse's patched v1.3.2: every new NIC `DHCP`, `VMXNET3`; the VM powered on right
+    /// after its NICs are attached; an empty DHCP address on the primary is waited for.
+    #[serde(rename = "deckhouse")]
+    Deckhouse,
+    /// A build of the site's own: what it applies of the plan and what it builds instead are
+    /// declared ([`Provisioner::applies`], [`Provisioner::builds`]).
+    #[serde(rename = "custom")]
+    Custom,
+}
+
+impl Profile {
+    /// Every profile, the default first.
+    pub const ALL: [Profile; 4] = [
+        Profile::Capvcd13,
+        Profile::CapvcdMain,
+        Profile::Deckhouse,
+        Profile::Custom,
+    ];
+
+    /// The profile's name in configuration and on the command line (`capvcd-1.3`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Capvcd13 => "capvcd-1.3",
+            Profile::CapvcdMain => "capvcd-main",
+            Profile::Deckhouse => "deckhouse",
+            Profile::Custom => "custom",
+        }
+    }
+
+    /// The profile named `name` ([`Profile::as_str`]).
+    pub fn parse(name: &str) -> Option<Profile> {
+        Profile::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// The name messages use for the build.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Profile::Capvcd13 => "CAPVCD",
+            Profile::CapvcdMain => "CAPVCD main",
+            Profile::Deckhouse => "Deckhouse's CAPVCD",
+            Profile::Custom => "the site's provisioner",
+        }
+    }
+}
+
+/// What a provisioner gives each NIC it creates, for the fields it does not take from the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Builds {
+    /// `IpAddressAllocationMode` (no address of anyone's choosing: `MANUAL` is not built).
+    pub ip_allocation_mode: IpAllocationMode,
+    /// `NetworkAdapterType`.
+    pub adapter_type: AdapterType,
+    /// `IsConnected`.
+    pub connected: bool,
+}
+
+impl Default for Builds {
+    /// Stock CAPVCD's: `POOL`, `VMXNET3`, connected.
+    fn default() -> Self {
+        Builds {
+            ip_allocation_mode: IpAllocationMode::Pool,
+            adapter_type: AdapterType::Vmxnet3,
+            connected: true,
+        }
+    }
+}
+
+/// Who builds the VM's NICs: which plan fields it applies as planned, and what it builds for
+/// the others.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Provisioner {
-    /// The name messages use (`CAPVCD` for the stock provisioner).
+    /// The name messages use (`CAPVCD` for the default profile).
     pub name: String,
-    /// The fields it applies as planned. The others are built as stock CAPVCD builds them
-    /// (the module documentation); stock CAPVCD applies none of them.
+    /// The build.
+    #[serde(default)]
+    pub profile: Profile,
+    /// The fields it applies as planned; every known build applies none.
     #[serde(default)]
     pub applies: Vec<PlanField>,
+    /// What it gives each NIC it creates where it does not apply the plan.
+    #[serde(default)]
+    pub builds: Builds,
 }
 
 impl Default for Provisioner {
@@ -89,17 +176,86 @@ impl Default for Provisioner {
 }
 
 impl Provisioner {
-    /// Stock CAPVCD.
+    /// Stock CAPVCD, v1.3.2 ([`Profile::Capvcd13`]).
     pub fn capvcd() -> Provisioner {
+        Provisioner::of(Profile::Capvcd13)
+    }
+
+    /// The build `profile` names. [`Profile::Custom`] starts as stock CAPVCD does; a site sets
+    /// what its build applies and builds.
+    pub fn of(profile: Profile) -> Provisioner {
+        let builds = match profile {
+            Profile::Deckhouse => Builds {
+                ip_allocation_mode: IpAllocationMode::Dhcp,
+                ..Builds::default()
+            },
+            Profile::Capvcd13 | Profile::CapvcdMain | Profile::Custom => Builds::default(),
+        };
         Provisioner {
-            name: "CAPVCD".to_string(),
+            name: profile.display_name().to_string(),
+            profile,
             applies: Vec::new(),
+            builds,
         }
     }
 
     /// Whether it applies `field` as planned.
     pub fn applies(&self, field: PlanField) -> bool {
         self.applies.contains(&field)
+    }
+
+    /// The NIC this provisioner creates for the plan's `nic`: the fields it applies taken from
+    /// the plan, the others as it [`builds`](Provisioner::builds) them. The network and index
+    /// are the plan's; which network a provisioner attaches at an index is [`unapplied`]'s
+    /// business.
+    pub fn build(&self, nic: &Nic) -> Nic {
+        let mut built = Nic::capvcd(nic.index, nic.network.clone());
+        built.primary = if self.applies(PlanField::Primary) {
+            nic.primary
+        } else {
+            nic.index == 0
+        };
+        built.ip_allocation_mode = if self.applies(PlanField::IpAllocationMode) {
+            nic.ip_allocation_mode
+        } else {
+            self.builds.ip_allocation_mode
+        };
+        if self.applies(PlanField::IpAddress) {
+            built.ip_address = nic.ip_address.clone();
+        }
+        built.adapter_type = if self.applies(PlanField::AdapterType) {
+            nic.adapter_type
+        } else {
+            self.builds.adapter_type
+        };
+        built.connected = if self.applies(PlanField::Connected) {
+            nic.connected
+        } else {
+            self.builds.connected
+        };
+        built
+    }
+
+    /// A NIC this provisioner creates on `network` at `index` that no plan speaks of.
+    pub fn build_unplanned(&self, index: u32, network: &str) -> Nic {
+        let mut built = Nic::capvcd(index, network);
+        built.ip_allocation_mode = self.builds.ip_allocation_mode;
+        built.adapter_type = self.builds.adapter_type;
+        built.connected = self.builds.connected;
+        built
+    }
+
+    /// What the guest's network config must get past with this build, if anything (printed by
+    /// `render network-config`).
+    pub fn guest_config_note(&self) -> Option<&'static str> {
+        match self.profile {
+            Profile::Deckhouse => Some(
+                "Deckhouse's CAPVCD writes guestinfo.metadata itself (local-hostname only) and \
+                 powers the VM on right after attaching its NICs: this config reaches the guest \
+                 only through a change to that build, not a hook that runs after it",
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -218,7 +374,7 @@ pub fn unapplied(
                 format!("NIC 0 as the primary, so {}", i == 0),
             );
         }
-        for (field, planned, built) in stock_differences(nic) {
+        for (field, planned, built) in built_differences(provisioner, nic) {
             push(field, planned, built);
         }
     }
@@ -243,35 +399,44 @@ pub fn unapplied(
     found
 }
 
-/// The fields of `nic` stock CAPVCD builds otherwise: (field, planned, built).
-fn stock_differences(nic: &Nic) -> Vec<(PlanField, String, String)> {
+/// The fields of `nic` that `provisioner` builds otherwise: (field, planned, built).
+fn built_differences(provisioner: &Provisioner, nic: &Nic) -> Vec<(PlanField, String, String)> {
+    let built = provisioner.build(nic);
     let mut differences = Vec::new();
-    if nic.ip_allocation_mode != IpAllocationMode::Pool {
+    if nic.ip_allocation_mode != built.ip_allocation_mode {
         differences.push((
             PlanField::IpAllocationMode,
             nic.ip_allocation_mode.as_str().to_string(),
-            "POOL".to_string(),
+            built.ip_allocation_mode.as_str().to_string(),
         ));
     }
-    if let Some(address) = &nic.ip_address {
-        differences.push((
-            PlanField::IpAddress,
-            address.clone(),
-            "an address from the network's static pool".to_string(),
-        ));
+    if let (Some(address), None) = (&nic.ip_address, &built.ip_address) {
+        let built = match built.ip_allocation_mode {
+            IpAllocationMode::Pool => "an address from the network's static pool",
+            IpAllocationMode::Dhcp => "an address leased by DHCP",
+            IpAllocationMode::Manual | IpAllocationMode::None => "no address",
+        };
+        differences.push((PlanField::IpAddress, address.clone(), built.to_string()));
     }
-    if nic.adapter_type != AdapterType::Vmxnet3 {
+    if nic.adapter_type != built.adapter_type {
         differences.push((
             PlanField::AdapterType,
             nic.adapter_type.as_str().to_string(),
-            "VMXNET3".to_string(),
+            built.adapter_type.as_str().to_string(),
         ));
     }
-    if !nic.connected {
+    if nic.connected != built.connected {
+        let state = |connected: bool| {
+            if connected {
+                "a connected NIC"
+            } else {
+                "a disconnected NIC"
+            }
+        };
         differences.push((
             PlanField::Connected,
-            "false".to_string(),
-            "a connected NIC".to_string(),
+            nic.connected.to_string(),
+            state(built.connected).to_string(),
         ));
     }
     differences
@@ -386,6 +551,7 @@ mod tests {
         let site = Provisioner {
             name: "capvcd-site".into(),
             applies: vec![PlanField::IpAllocationMode],
+            ..Provisioner::of(Profile::Custom)
         };
         let found = unapplied(&site, &request, &decision);
         assert_eq!(found.len(), 1, "{found:?}");
@@ -471,6 +637,76 @@ mod tests {
         assert!(!denied.allowed);
         assert_eq!(denied.violations[0].field, "spec.extraOvdcNetworks[0]");
         assert_eq!(denied.violations[0].reason, Reason::NotSupported);
+    }
+
+    #[test]
+    fn each_profile_reports_against_what_it_builds() {
+        let mut dhcp = nic(1, "storage-net");
+        dhcp.ip_allocation_mode = IpAllocationMode::Dhcp;
+        let pool = nic(0, "mgmt-net");
+        let (request, decision) = planned(&["storage-net"], vec![pool, dhcp]);
+        let found = |provisioner: &Provisioner| -> Vec<String> {
+            unapplied(provisioner, &request, &decision)
+                .iter()
+                .map(Unapplied::message)
+                .collect()
+        };
+        // v1.3.2 and main build POOL: the DHCP NIC is not built as planned.
+        for profile in [Profile::Capvcd13, Profile::CapvcdMain] {
+            assert_eq!(
+                found(&Provisioner::of(profile)),
+                [format!(
+                    "NIC 1 (storage-net): ipAllocationMode DHCP is not applied: {} builds POOL",
+                    profile.display_name()
+                )]
+            );
+        }
+        // Deckhouse's build makes every NIC DHCP: the POOL one is the one it does not build.
+        assert_eq!(
+            found(&Provisioner::of(Profile::Deckhouse)),
+            [
+                "NIC 0 (mgmt-net): ipAllocationMode POOL is not applied: Deckhouse's CAPVCD \
+              builds DHCP"
+            ]
+        );
+        // A custom build that makes DHCP NICs and disconnected E1000E adapters.
+        let custom = Provisioner {
+            builds: Builds {
+                ip_allocation_mode: IpAllocationMode::Dhcp,
+                adapter_type: AdapterType::E1000e,
+                connected: false,
+            },
+            ..Provisioner::of(Profile::Custom)
+        };
+        let messages = found(&custom);
+        assert_eq!(messages.len(), 5, "{messages:?}");
+        assert!(messages.contains(
+            &"NIC 1 (storage-net): connected true is not applied: the site's provisioner \
+              builds a disconnected NIC"
+                .to_string()
+        ));
+        // A MANUAL address on a Deckhouse VM: leased by DHCP instead.
+        let mut manual = nic(0, "mgmt-net");
+        manual.ip_allocation_mode = IpAllocationMode::Manual;
+        manual.ip_address = Some("10.10.0.50".into());
+        let (request, decision) = planned(&[], vec![manual]);
+        let built: Vec<String> =
+            unapplied(&Provisioner::of(Profile::Deckhouse), &request, &decision)
+                .into_iter()
+                .map(|u| u.built)
+                .collect();
+        assert_eq!(built, ["DHCP", "an address leased by DHCP"]);
+    }
+
+    #[test]
+    fn profile_names_round_trip() {
+        for profile in Profile::ALL {
+            assert_eq!(Profile::parse(profile.as_str()), Some(profile));
+            let json = serde_json::to_string(&profile).unwrap();
+            assert_eq!(json, format!("\"{}\"", profile.as_str()));
+            assert_eq!(Provisioner::of(profile).profile, profile);
+        }
+        assert_eq!(Provisioner::default().name, "CAPVCD");
     }
 
     #[test]

@@ -1,11 +1,13 @@
 """Checks what cloud-init's net-convert wrote from a network-config nicpolicy rendered.
 
-    check.py OUT --primary eth0 --gateway 10.10.0.1 [--mtu eth1=9000] [--route eth1=CIDR]
-             [--static eth0=ADDR/PREFIX] [--dns eth0=SERVER] [--dhcp-without-routes eth1]
+    check.py OUT --primary eth0 (--gateway 10.10.0.1 | --dhcp-primary) [--mtu eth1=9000]
+             [--route eth1=CIDR] [--static eth0=ADDR/PREFIX] [--dns eth0=SERVER]
+             [--dhcp-without-routes eth1]
 
 OUT holds netplan/etc/netplan/50-cloud-init.yaml and networkd/etc/systemd/network/*.network,
 and netplan-generate/run/systemd/network/*.network (netplan's generator run on the first). In
-each: exactly one default route, on the primary, through the gateway; each MTU, route,
+each: exactly one default route, on the primary, through the gateway (with --dhcp-primary: no
+static default route, the primary on DHCP taking its routes from it); each MTU, route,
 static address and DNS server on its interface; the DHCP interfaces take no routes and no DNS
 from DHCP. Prints every problem and exits 1 when there is one.
 """
@@ -37,8 +39,11 @@ def netplan_problems(path, args):
     ]
     defaults += [(name, e["gateway4"]) for name, e in by_name.items() if "gateway4" in e]
     defaults += [(name, e["gateway6"]) for name, e in by_name.items() if "gateway6" in e]
-    if defaults != [(args.primary, args.gateway)]:
-        problems.append(f"default routes {defaults}, expected one on {args.primary} via {args.gateway}")
+    problems += default_problems(defaults, args)
+    if args.dhcp_primary:
+        e = by_name.get(args.primary, {})
+        if e.get("dhcp4") is not True or e.get("dhcp4-overrides", {}).get("use-routes") is False:
+            problems.append(f"{args.primary}: dhcp4 {e.get('dhcp4')}, overrides {e.get('dhcp4-overrides')}: expected DHCP with its routes")
     for name, mtu in pairs(args.mtu):
         if by_name.get(name, {}).get("mtu") != int(mtu):
             problems.append(f"{name}: mtu {by_name.get(name, {}).get('mtu')}, expected {mtu}")
@@ -57,6 +62,16 @@ def netplan_problems(path, args):
         if e.get("dhcp4") is not True or overrides.get("use-routes") is not False or overrides.get("use-dns") is not False:
             problems.append(f"{name}: dhcp4 {e.get('dhcp4')}, overrides {overrides}: expected DHCP without routes or DNS")
     return [f"netplan: {p}" for p in problems]
+
+
+def default_problems(defaults, args):
+    """The static default routes found, against one via the gateway (none for a DHCP primary)."""
+    expected = [] if args.dhcp_primary else [(args.primary, args.gateway)]
+    if defaults == expected:
+        return []
+    if args.dhcp_primary:
+        return [f"default routes {defaults}, expected none: the primary takes its route from DHCP"]
+    return [f"default routes {defaults}, expected one on {args.primary} via {args.gateway}"]
 
 
 def networkd_sections(path):
@@ -92,8 +107,12 @@ def networkd_problems(directory, args):
                 defaults += [(name, g) for g in kv.get("Gateway", [])]
             if section == "Network":
                 defaults += [(name, g) for g in kv.get("Gateway", [])]
-    if defaults != [(args.primary, args.gateway)]:
-        problems.append(f"default routes {defaults}, expected one on {args.primary} via {args.gateway}")
+    problems += default_problems(defaults, args)
+    if args.dhcp_primary:
+        dhcp = values(args.primary, "Network", "DHCP")
+        use_routes = [v.lower() for v in values(args.primary, "DHCPv4", "UseRoutes") + values(args.primary, "DHCP", "UseRoutes")]
+        if dhcp not in (["ipv4"], ["yes"]) or set(use_routes) & {"false", "no", "0"}:
+            problems.append(f"{args.primary}: DHCP {dhcp}, UseRoutes {use_routes}: expected DHCP with its routes")
     for name, mtu in pairs(args.mtu):
         if values(name, "Link", "MTUBytes") != [mtu]:
             problems.append(f"{name}: MTUBytes {values(name, 'Link', 'MTUBytes')}, expected {mtu}")
@@ -120,13 +139,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--primary", required=True)
-    parser.add_argument("--gateway", required=True)
+    parser.add_argument("--gateway")
+    parser.add_argument("--dhcp-primary", action="store_true")
     parser.add_argument("--mtu", action="append")
     parser.add_argument("--route", action="append")
     parser.add_argument("--static", action="append")
     parser.add_argument("--dns", action="append")
     parser.add_argument("--dhcp-without-routes", action="append")
     args = parser.parse_args()
+    if bool(args.gateway) == args.dhcp_primary:
+        parser.error("give --gateway or --dhcp-primary, not both")
     problems = netplan_problems(os.path.join(args.out, "netplan/etc/netplan/50-cloud-init.yaml"), args)
     problems += networkd_problems(os.path.join(args.out, "networkd/etc/systemd/network"), args)
     # netplan's own generator, run on cloud-init's netplan output, when the run has it.

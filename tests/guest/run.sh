@@ -77,9 +77,12 @@ done <<'CASES'
 # The worked example of docs/plan-to-vm.md: mgmt-net (primary), storage-net (MTU 9000, a route to
 # the replication subnet), workload-net, every NIC from the pool.
 three-networks|--cluster examples/cluster.yaml --machine examples/machine.yaml --inventory examples/inventory.yaml --nics examples/vm-network-connection-section.xml|--primary eth0 --gateway 10.10.0.1 --mtu eth1=9000 --route eth1=10.21.0.0/16 --static eth0=10.10.0.23/24 --static eth2=10.30.1.77/22 --dns eth0=10.10.0.10
-# storage-net on DHCP (examples/settings.yaml) on a VM whose provisioner applied it: no default
-# route and no DNS from its DHCP server.
-dhcp-storage|--cluster examples/cluster.yaml --machine examples/machine.yaml --inventory examples/inventory.yaml --settings examples/settings.yaml --nics tests/fixtures/vcd/vm-storage-dhcp.xml|--primary eth0 --gateway 10.10.0.1 --mtu eth1=9000 --route eth1=10.21.0.0/16 --dhcp-without-routes eth1
+# storage-net on DHCP (examples/settings.yaml) on a VM whose provisioner applied it (a custom
+# build that applies the plan's modes): no default route and no DNS from its DHCP server.
+dhcp-storage|--cluster examples/cluster.yaml --machine examples/machine.yaml --inventory examples/inventory.yaml --settings examples/settings.yaml --provisioner custom --provisioner-applies ipAllocationMode --nics tests/fixtures/vcd/vm-storage-dhcp.xml|--primary eth0 --gateway 10.10.0.1 --mtu eth1=9000 --route eth1=10.21.0.0/16 --dhcp-without-routes eth1
+# The worked example built by Deckhouse's CAPVCD (every NIC DHCP): the primary takes its default
+# route from DHCP, the others neither routes nor DNS from theirs.
+deckhouse|--cluster examples/cluster.yaml --machine examples/machine.yaml --inventory examples/inventory.yaml --provisioner deckhouse --nics tests/fixtures/vcd/vm-deckhouse-leased.xml|--primary eth0 --dhcp-primary --mtu eth1=9000 --route eth1=10.21.0.0/16 --dhcp-without-routes eth1 --dhcp-without-routes eth2
 CASES
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use nicpolicy::builtin;
-use nicpolicy::plugin::provisioner::{self, PlanField, Provisioner};
+use nicpolicy::plugin::provisioner::{self, PlanField, Profile, Provisioner};
 use nicpolicy::plugin::{Decision, Nic, Request};
-use nicpolicy::vcd::{parse_section, render_section, VmNics};
+use nicpolicy::vcd::{built_nics, parse_section, render_section, VmNics};
 use nicpolicy::PolicyOptions;
 use nicpolicy_tests::{decided_cases, host};
 
@@ -19,10 +19,11 @@ fn workspace() -> PathBuf {
 
 /// CAPVCD's reconcile rules, as its controller behaves (not its code): the VM's NICs are the
 /// primary network followed by `spec.extraOvdcNetworks`, renumbered from 0 in that order, with
-/// `PrimaryNetworkConnectionIndex` 0; every NIC it creates is connected, `POOL`, `VMXNET3`, with
-/// no address of its own and `needsCustomization` false. Written as the XML it PUTs, so the
-/// comparison reads both sides through the same parser.
-fn what_capvcd_sends(primary: &str, extras: &[String]) -> String {
+/// `PrimaryNetworkConnectionIndex` 0; every NIC it creates is connected, `mode` (`POOL` in
+/// v1.3.2 and `main`, `DHCP` in Deckhouse's patched build), `VMXNET3`, with no address of its
+/// own and `needsCustomization` false. Written as the XML it PUTs, so the comparison reads both
+/// sides through the same parser.
+fn what_capvcd_sends(primary: &str, extras: &[String], mode: &str) -> String {
     let mut xml = String::from(
         "<NetworkConnectionSection xmlns=\"http://www.vmware.com/vcloud/v1.5\" \
          xmlns:ovf=\"http://schemas.dmtf.org/ovf/envelope/1\">\
@@ -37,7 +38,7 @@ fn what_capvcd_sends(primary: &str, extras: &[String]) -> String {
             "<NetworkConnection network=\"{network}\" needsCustomization=\"false\">\
              <NetworkConnectionIndex>{i}</NetworkConnectionIndex>\
              <IsConnected>true</IsConnected>\
-             <IpAddressAllocationMode>POOL</IpAddressAllocationMode>\
+             <IpAddressAllocationMode>{mode}</IpAddressAllocationMode>\
              <NetworkAdapterType>VMXNET3</NetworkAdapterType></NetworkConnection>"
         ));
     }
@@ -106,31 +107,57 @@ fn every_case_renders_what_capvcd_sends_but_the_fields_reported() {
                 continue;
             };
             let plan = parse_section(&render_section(&decision.nics)).expect("rendered parses");
-            let sent = parse_section(&what_capvcd_sends(
-                &primary.network,
-                extras(request, decision),
-            ))
-            .expect("CAPVCD's section parses");
-            let differ = differences(&plan, &sent);
-            let reported: BTreeSet<(u32, PlanField)> =
-                provisioner::unapplied(&Provisioner::capvcd(), request, decision)
-                    .iter()
-                    .map(|u| (u.index, u.field))
-                    .collect();
-            if differ != reported {
-                failures.push(format!(
-                    "{}: the plan differs from CAPVCD's section at {differ:?}, reported {reported:?}",
-                    decided.case.path.display()
-                ));
+            // Each profile against the mode its build gives a new NIC, stated here from the
+            // builds (docs/plan-to-vm.md), not taken from the profile under test.
+            for (profile, mode) in [
+                (Profile::Capvcd13, "POOL"),
+                (Profile::CapvcdMain, "POOL"),
+                (Profile::Deckhouse, "DHCP"),
+            ] {
+                let sent = parse_section(&what_capvcd_sends(
+                    &primary.network,
+                    extras(request, decision),
+                    mode,
+                ))
+                .expect("CAPVCD's section parses");
+                let differ = differences(&plan, &sent);
+                let reported: BTreeSet<(u32, PlanField)> =
+                    provisioner::unapplied(&Provisioner::of(profile), request, decision)
+                        .iter()
+                        .map(|u| (u.index, u.field))
+                        .collect();
+                if differ != reported {
+                    failures.push(format!(
+                        "{} ({}): the plan differs from the build's section at {differ:?}, \
+                         reported {reported:?}",
+                        decided.case.path.display(),
+                        profile.as_str()
+                    ));
+                }
+                // The section `render vcd --built` writes is the build's.
+                let built = parse_section(&render_section(&built_nics(
+                    &Provisioner::of(profile),
+                    &decision.nics,
+                    extras(request, decision),
+                )))
+                .expect("built parses");
+                if !differences(&built, &sent).is_empty() {
+                    failures.push(format!(
+                        "{} ({}): render vcd --built differs from the build's section at {:?}",
+                        decided.case.path.display(),
+                        profile.as_str(),
+                        differences(&built, &sent)
+                    ));
+                }
+                compared += 1;
+                with_differences += usize::from(!differ.is_empty());
             }
-            compared += 1;
-            with_differences += usize::from(!differ.is_empty());
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Every built-in suite was read, and some plans do ask for what CAPVCD does not build (the
     // static-ip policy's MANUAL NICs, DHCP settings).
-    assert!(compared >= 100, "only {compared} plans compared");
+    assert!(compared >= 300, "only {compared} plans compared");
     assert!(
         with_differences >= 5,
         "only {with_differences} plans differ"

@@ -1743,10 +1743,41 @@ async fn a_plan_capvcd_will_not_build_is_a_warning_or_a_denial() {
 
     // A site provisioner that applies IP modes: admitted, nothing to say.
     config.provisioner.applies = vec![nicpolicy::plugin::provisioner::PlanField::IpAllocationMode];
-    let server = TestServer::start(config).await;
+    let server = TestServer::start(config.clone()).await;
     let response = server.review(Endpoint::Validate, M, &review).await;
     assert_eq!(response["allowed"], true, "{response}");
     assert!(response.get("warnings").is_none(), "{response}");
+
+    // On a Deckhouse site every NIC is built DHCP: the plan's POOL NICs are the ones reported
+    // (storage-net, planned DHCP, is not), and the shipped configuration with `profile:
+    // deckhouse` reads as that build.
+    std::fs::write(
+        dir.join("deckhouse.yaml"),
+        std::fs::read_to_string(workspace().join("config/nicpolicy/nicpolicy.yaml"))
+            .unwrap()
+            .replace("profile: capvcd-1.3", "profile: deckhouse"),
+    )
+    .unwrap();
+    let read = ServeConfig::read(&dir.join("deckhouse.yaml"));
+    let deckhouse = match read {
+        Ok(read) => read.provisioner,
+        Err(err) => panic!("{err}"),
+    };
+    config.provisioner = deckhouse;
+    config.on_unapplied = nicpolicy::plugin::provisioner::OnUnapplied::Warn;
+    let server = TestServer::start(config).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "nicpolicy: not built as planned: NIC 0 (mgmt-net): ipAllocationMode POOL is not \
+             applied: Deckhouse's CAPVCD builds DHCP",
+            "nicpolicy: not built as planned: NIC 2 (workload-net): ipAllocationMode POOL is not \
+             applied: Deckhouse's CAPVCD builds DHCP"
+        ]),
+        "{response}"
+    );
 }
 
 /// Cluster API's Machines of prod-eu1 as the management cluster holds them (metadata only is

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::inputs::{ObjectId, Problem, Subject};
 use super::shadow::{compare, Shadow};
 use crate::clusters::ClusterGroup;
-use crate::vcd::Drift;
+use crate::vcd::{Drift, Pending};
 use nicpolicy_engine::chain::{ChainEvaluation, PolicyChain};
 use nicpolicy_engine::lifecycle::judge;
 
@@ -66,10 +66,14 @@ pub struct Finding {
     /// decision, as warnings or violations).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unapplied: Vec<Unapplied>,
-    /// How the machine's VM, as a saved `NetworkConnectionSection` shows it, differs from the
-    /// plan (`nicpolicy audit --vm-nics`).
+    /// How the machine's VM, as a saved `NetworkConnectionSection` shows it, differs from what
+    /// the provisioner builds for the plan (`nicpolicy audit --vm-nics`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,
+    /// The VM's NICs that are not what they will be yet, without differing (a `DHCP` address
+    /// not leased yet).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Pending>,
     /// What the candidate chain would decide differently (shadow mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Shadow>,
@@ -121,6 +125,7 @@ impl Finding {
             decision: Some(decision),
             unapplied: Vec::new(),
             drift: Vec::new(),
+            pending: Vec::new(),
             shadow: None,
             request: None,
             elapsed: Duration::ZERO,
@@ -179,6 +184,7 @@ pub fn evaluate(subject: Subject, chains: &dyn Chains, candidate: Option<&dyn Ch
         decision: None,
         unapplied: Vec::new(),
         drift: Vec::new(),
+        pending: Vec::new(),
         shadow: None,
         request: None,
         elapsed: Duration::ZERO,

@@ -11,6 +11,7 @@ use anyhow::Context;
 use nicpolicy::audit::summary::by_cluster;
 use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
 use nicpolicy::manifest::{self, ManifestFile};
+use nicpolicy::plugin::provisioner::Provisioner;
 use nicpolicy::PolicyChain;
 
 use nicpolicy::junit::{CaseResult, Suite, Suites, TestCase};
@@ -58,9 +59,10 @@ pub struct AuditArgs {
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     output: Format,
     /// A VCDMachine's VM as Cloud Director returns its NetworkConnectionSection (GET
-    /// <vm>/networkConnectionSection/, saved to FILE): the machine's plan is compared with it
-    /// and each difference reported as drift (a NIC missing, another network or order, another
-    /// mode or adapter). Repeatable; exit code 1 when a VM drifted.
+    /// <vm>/networkConnectionSection/, saved to FILE): it is compared with what the provisioner
+    /// (--provisioner) builds for the machine's plan and each difference reported as drift (a
+    /// NIC missing, another network or order, another mode or adapter); a DHCP NIC still
+    /// without its address is pending. Repeatable; exit code 1 when a VM drifted.
     #[arg(long = "vm-nics", value_name = "[NAMESPACE/]NAME=FILE", value_parser = parse_vm_nics)]
     vm_nics: Vec<(String, PathBuf)>,
     /// Also write a JUnit XML report to FILE: one testsuite per cluster, one testcase per
@@ -108,14 +110,15 @@ pub fn run(
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
     let chain = args
         .provisioner
-        .apply(load_chain(&args.policy, &specs, args.verbose)?);
+        .apply(load_chain(&args.policy, &specs, args.verbose)?)?;
     let candidate = candidate_chain(
         &args.policy,
         &args.candidate,
         candidate_positions,
         args.verbose,
     )?
-    .map(|candidate| args.provisioner.apply(candidate));
+    .map(|candidate| args.provisioner.apply(candidate))
+    .transpose()?;
 
     let (inputs, notes) = if args.paths.is_empty() {
         let (files, notes) = live_files(&args).map_err(usage)?;
@@ -138,7 +141,7 @@ pub fn run(
             .as_ref()
             .map(|c| c as &dyn nicpolicy::audit::Chains),
     );
-    let drifted = compare_vms(&mut findings, &args.vm_nics)?;
+    let drifted = compare_vms(&chain, &mut findings, &args.vm_nics)?;
     let summary = Summary::of(&findings);
     if args.verbose {
         eprintln!(
@@ -192,9 +195,15 @@ fn parse_vm_nics(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// Compares each `--vm-nics` section with the plan of its VCDMachine's finding; whether any VM
-/// drifted.
-fn compare_vms(findings: &mut [Finding], vms: &[(String, PathBuf)]) -> Result<bool, Failure> {
+/// Compares each `--vm-nics` section with what the chain's provisioner builds for the plan of
+/// its VCDMachine's finding; whether any VM drifted.
+fn compare_vms(
+    chain: &PolicyChain,
+    findings: &mut [Finding],
+    vms: &[(String, PathBuf)],
+) -> Result<bool, Failure> {
+    let stock = Provisioner::capvcd();
+    let provisioner = chain.provisioner().map_or(&stock, |(p, _)| p);
     let mut drifted = false;
     for (name, path) in vms {
         let vm = nicpolicy::vcd::read_section(path)
@@ -221,7 +230,18 @@ fn compare_vms(findings: &mut [Finding], vms: &[(String, PathBuf)]) -> Result<bo
             .as_ref()
             .map(|d| d.nics.as_slice())
             .unwrap_or_default();
-        finding.drift = nicpolicy::vcd::drift(plan, &vm);
+        let extras = finding
+            .decision
+            .as_ref()
+            .and_then(|d| d.extra_ovdc_networks.as_deref())
+            .or(finding
+                .request
+                .as_ref()
+                .map(|r| r.machine.extra_ovdc_networks.as_slice()))
+            .unwrap_or_default();
+        let built = nicpolicy::vcd::built_nics(provisioner, plan, extras);
+        finding.drift = nicpolicy::vcd::drift(&built, &vm);
+        finding.pending = nicpolicy::vcd::pending(&built, &vm);
         drifted |= !finding.drift.is_empty();
     }
     Ok(drifted)
@@ -353,6 +373,9 @@ fn render_audit(
             }
             for item in &finding.unapplied {
                 lines.push(format!("not built as planned: {}", item.message()));
+            }
+            for pending in &finding.pending {
+                lines.push(format!("pending: {}", pending.message()));
             }
             for drift in &finding.drift {
                 lines.push(format!("drift: {}", drift.message()));

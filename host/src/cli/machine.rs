@@ -115,9 +115,8 @@ impl MachineArgs {
         verbose: bool,
     ) -> Result<PolicyChain, Failure> {
         let specs = policy_specs(&self.policy, &self.settings, positions)?;
-        Ok(self
-            .provisioner
-            .apply(load_chain(&self.policy, &specs, verbose)?))
+        self.provisioner
+            .apply(load_chain(&self.policy, &specs, verbose)?)
     }
 }
 
@@ -129,4 +128,26 @@ pub struct Judged {
     pub chain: PolicyChain,
     /// Its decision, logs and time.
     pub evaluation: nicpolicy::ChainEvaluation,
+}
+
+impl Judged {
+    /// The provisioner its chain reports against (stock CAPVCD for a chain without one).
+    pub fn provisioner(&self) -> &nicpolicy::plugin::provisioner::Provisioner {
+        static STOCK: std::sync::OnceLock<nicpolicy::plugin::provisioner::Provisioner> =
+            std::sync::OnceLock::new();
+        match self.chain.provisioner() {
+            Some((provisioner, _)) => provisioner,
+            None => STOCK.get_or_init(nicpolicy::plugin::provisioner::Provisioner::capvcd),
+        }
+    }
+
+    /// The NICs the provisioner builds for its plan ([`nicpolicy::vcd::built_nics`]).
+    pub fn built_nics(&self) -> Vec<nicpolicy::plugin::Nic> {
+        let decision = &self.evaluation.decision;
+        let extras = decision
+            .extra_ovdc_networks
+            .as_ref()
+            .unwrap_or(&self.request.machine.extra_ovdc_networks);
+        nicpolicy::vcd::built_nics(self.provisioner(), &decision.nics, extras)
+    }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::ArgMatches;
 use nicpolicy::mode::Mode;
-use nicpolicy::plugin::provisioner::{OnUnapplied, PlanField, Provisioner};
+use nicpolicy::plugin::provisioner::{Builds, OnUnapplied, PlanField, Profile, Provisioner};
+use nicpolicy::plugin::IpAllocationMode;
 use nicpolicy::{Host, HostConfig, Limits, PolicyChain, PolicySource, PolicySpec, SettingsSource};
 
 use super::{runtime, usage, Failure};
@@ -65,16 +66,27 @@ impl PolicyArgs {
     }
 }
 
-/// Who builds the planned NICs, for `eval` and `audit`: each plan field it will not apply is
-/// reported (docs/schema.md, "What the provisioner applies").
+/// Who builds the planned NICs, for `eval`, `audit` and `render`: each plan field it will not
+/// apply is reported (docs/schema.md, "What the provisioner applies"), and what it builds is
+/// what `render vcd --built`, `render network-config` and `audit --vm-nics` go by.
 #[derive(clap::Args)]
 pub struct ProvisionerArgs {
-    /// The provisioner's name in messages.
-    #[arg(long = "provisioner", value_name = "NAME", default_value = "CAPVCD")]
-    name: String,
-    /// A plan field the provisioner applies as planned (repeatable or comma-separated):
-    /// network, primary, ipAllocationMode, ipAddress, adapterType, connected. Stock CAPVCD
-    /// applies none: it builds every NIC as POOL, VMXNET3, connected, in the machine's order.
+    /// The provisioner build the site runs: capvcd-1.3 (upstream v1.3.2: every NIC POOL,
+    /// VMXNET3), capvcd-main (the same NICs, zones), deckhouse (every NIC DHCP, VMXNET3) or
+    /// custom (--provisioner-applies, --provisioner-builds).
+    #[arg(
+        long = "provisioner",
+        value_name = "PROFILE",
+        default_value = "capvcd-1.3",
+        value_parser = parse_profile
+    )]
+    profile: Profile,
+    /// The provisioner's name in messages (default: the profile's, `CAPVCD` for capvcd-1.3).
+    #[arg(long = "provisioner-name", value_name = "NAME")]
+    name: Option<String>,
+    /// A plan field a custom provisioner applies as planned (repeatable or comma-separated):
+    /// network, primary, ipAllocationMode, ipAddress, adapterType, connected. Implies
+    /// --provisioner custom; the builds of the other profiles apply none.
     #[arg(
         long = "provisioner-applies",
         value_name = "FIELD",
@@ -82,6 +94,16 @@ pub struct ProvisionerArgs {
         value_parser = parse_plan_field
     )]
     applies: Vec<PlanField>,
+    /// What a custom provisioner gives the NICs it creates where it does not apply the plan,
+    /// FIELD=VALUE (repeatable or comma-separated): ipAllocationMode=POOL|DHCP|NONE,
+    /// adapterType=VMXNET3|E1000E|..., connected=true|false. Implies --provisioner custom;
+    /// unset fields as stock CAPVCD builds them.
+    #[arg(
+        long = "provisioner-builds",
+        value_name = "FIELD=VALUE",
+        value_delimiter = ','
+    )]
+    builds: Vec<String>,
     /// A plan field the provisioner will not apply: a warning (default) or a denial.
     #[arg(
         long,
@@ -96,16 +118,103 @@ pub struct ProvisionerArgs {
 }
 
 impl ProvisionerArgs {
-    /// `chain`, reporting what this provisioner will not apply of its plans.
-    pub fn apply(&self, chain: PolicyChain) -> PolicyChain {
-        chain.with_provisioner(
-            Provisioner {
-                name: self.name.clone(),
-                applies: self.applies.clone(),
-            },
-            self.on_unapplied,
-        )
+    /// The provisioner these options name.
+    ///
+    /// # Errors
+    /// `--provisioner-applies` or `--provisioner-builds` with a profile other than `custom`, or
+    /// a `--provisioner-builds` entry that is not FIELD=VALUE of a field it can build.
+    pub fn provisioner(&self) -> Result<Provisioner, Failure> {
+        let declares = !self.applies.is_empty() || !self.builds.is_empty();
+        let profile = match self.profile {
+            // The default stands for "not given": declaring a build makes it a custom one.
+            Profile::Capvcd13 if declares => Profile::Custom,
+            profile => profile,
+        };
+        if declares && profile != Profile::Custom {
+            return Err(usage(anyhow::anyhow!(
+                "--provisioner-applies and --provisioner-builds declare a custom build; the \
+                 {} profile states what it applies and builds (use --provisioner custom)",
+                profile.as_str()
+            )));
+        }
+        let mut provisioner = Provisioner::of(profile);
+        if let Some(name) = &self.name {
+            if name.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "--provisioner-name must not be empty"
+                )));
+            }
+            provisioner.name = name.clone();
+        }
+        provisioner.applies = self.applies.clone();
+        provisioner.applies.sort();
+        provisioner.applies.dedup();
+        for entry in &self.builds {
+            set_built(&mut provisioner.builds, entry).map_err(|message| {
+                usage(anyhow::anyhow!("--provisioner-builds {entry}: {message}"))
+            })?;
+        }
+        Ok(provisioner)
     }
+
+    /// `chain`, reporting what this provisioner will not apply of its plans.
+    ///
+    /// # Errors
+    /// As for [`ProvisionerArgs::provisioner`].
+    pub fn apply(&self, chain: PolicyChain) -> Result<PolicyChain, Failure> {
+        Ok(chain.with_provisioner(self.provisioner()?, self.on_unapplied))
+    }
+}
+
+/// Sets the field `FIELD=VALUE` names in `builds`.
+fn set_built(builds: &mut Builds, entry: &str) -> Result<(), String> {
+    let Some((field, value)) = entry.split_once('=') else {
+        return Err("not FIELD=VALUE".to_string());
+    };
+    let quoted = serde_json::Value::String(value.to_string());
+    match PlanField::parse(field) {
+        Some(PlanField::IpAllocationMode) => {
+            let mode: IpAllocationMode = serde_json::from_value(quoted)
+                .map_err(|_| format!("{value:?} is not POOL, DHCP or NONE"))?;
+            if mode == IpAllocationMode::Manual {
+                return Err(
+                    "MANUAL needs an address of the plan's: declare ipAllocationMode and \
+                     ipAddress with --provisioner-applies instead"
+                        .to_string(),
+                );
+            }
+            builds.ip_allocation_mode = mode;
+        }
+        Some(PlanField::AdapterType) => {
+            builds.adapter_type = serde_json::from_value(quoted)
+                .map_err(|_| format!("{value:?} is not an adapter type nicpolicy plans"))?;
+        }
+        Some(PlanField::Connected) => {
+            builds.connected = match value {
+                "true" => true,
+                "false" => false,
+                _ => return Err(format!("{value:?} is not true or false")),
+            };
+        }
+        _ => {
+            return Err(format!(
+                "{field:?} is not a field a provisioner builds (ipAllocationMode, adapterType, \
+                 connected)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+fn parse_profile(text: &str) -> Result<Profile, String> {
+    Profile::parse(text).ok_or_else(|| {
+        let names: Vec<&str> = Profile::ALL.iter().map(|p| p.as_str()).collect();
+        format!(
+            "{text:?} is not a provisioner profile ({}); a site's own build is custom, named \
+             with --provisioner-name",
+            names.join(", ")
+        )
+    })
 }
 
 fn parse_plan_field(text: &str) -> Result<PlanField, String> {

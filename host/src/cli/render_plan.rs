@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Context as _};
 use nicpolicy::network_config::{self, BootstrapVersion};
-use nicpolicy::plugin::provisioner::Provisioner;
 use nicpolicy::vcd;
 
 use super::machine::{Judged, MachineArgs};
@@ -27,10 +26,11 @@ enum Rendering {
     /// machine's plan, with the vApp networks to attach on stderr. Fields the provisioner will
     /// not apply are named on stderr; --built writes what it PUTs instead.
     Vcd(VcdArgs),
-    /// cloud-init network-config version 2 for the machine's VM, from its plan, the VM's
-    /// NetworkConnectionSection (--nics: MAC and pool addresses) and the inventory: one
-    /// ethernets entry per NIC matched by MAC, exactly one default route on the primary. The
-    /// kubelet's node-ip patch goes to --kubelet-patch (or stderr).
+    /// cloud-init network-config version 2 for the machine's VM, from its plan as the
+    /// provisioner (--provisioner) builds it, the VM's NetworkConnectionSection (--nics: MAC and
+    /// pool addresses) and the inventory: one ethernets entry per NIC matched by MAC, exactly
+    /// one default route on the primary. The kubelet's node-ip patch goes to --kubelet-patch
+    /// (or stderr).
     NetworkConfig(NetworkConfigArgs),
 }
 
@@ -38,8 +38,8 @@ enum Rendering {
 struct VcdArgs {
     #[command(flatten)]
     machine: MachineArgs,
-    /// Write what the provisioner PUTs (stock CAPVCD: every NIC POOL, VMXNET3, connected)
-    /// rather than the plan.
+    /// Write what the provisioner (--provisioner) PUTs rather than the plan: stock CAPVCD every
+    /// NIC POOL, VMXNET3, connected; Deckhouse's build DHCP.
     #[arg(long)]
     built: bool,
 }
@@ -95,17 +95,8 @@ fn vcd_section(args: VcdArgs, positions: &Positions) -> Result<u8, Failure> {
         Err(code) => return Ok(code),
     };
     let decision = &judged.evaluation.decision;
-    let stock = Provisioner::capvcd();
-    let (provisioner, _) = judged
-        .chain
-        .provisioner()
-        .unwrap_or((&stock, Default::default()));
-    let extras = decision
-        .extra_ovdc_networks
-        .as_ref()
-        .unwrap_or(&judged.request.machine.extra_ovdc_networks);
     let nics = if args.built {
-        vcd::built_nics(provisioner, &decision.nics, extras)
+        judged.built_nics()
     } else {
         decision.nics.clone()
     };
@@ -148,8 +139,12 @@ fn guest_config(args: NetworkConfigArgs, positions: &Positions) -> Result<u8, Fa
     // read from the same file.
     let inventory = judged.request.inventory.clone().unwrap_or_default();
     let guest = network_config::read_guest_networks(&inventory_path).map_err(usage)?;
-    let decision = &judged.evaluation.decision;
-    let rendered = network_config::render(&decision.nics, &vm, &inventory, &guest)
+    // The guest gets the NICs as they are built: a plan's POOL NIC is DHCP on a Deckhouse VM.
+    let built = judged.built_nics();
+    if let Some(note) = judged.provisioner().guest_config_note() {
+        eprintln!("note: {note}");
+    }
+    let rendered = network_config::render(&built, &vm, &inventory, &guest)
         .with_context(|| format!("--nics {}", args.nics.display()))
         .map_err(usage)?;
     let yaml = serde_yaml_ng::to_string(&rendered.config).map_err(usage)?;

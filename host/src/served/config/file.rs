@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use nicpolicy_plugin::provisioner::{OnUnapplied, PlanField};
+use nicpolicy_plugin::provisioner::{OnUnapplied, PlanField, Profile};
+use nicpolicy_plugin::{AdapterType, IpAllocationMode};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -80,9 +81,19 @@ pub struct Compile {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Provisioner {
+    pub profile: Option<Profile>,
     pub name: Option<String>,
     pub applies: Option<Vec<PlanField>>,
+    pub builds: Option<Builds>,
     pub on_unapplied: Option<OnUnapplied>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Builds {
+    pub ip_allocation_mode: Option<IpAllocationMode>,
+    pub adapter_type: Option<AdapterType>,
+    pub connected: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]

@@ -29,7 +29,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nicpolicy_plugin::provisioner::{OnUnapplied, Provisioner};
+use nicpolicy_plugin::provisioner::{OnUnapplied, Profile, Provisioner};
+use nicpolicy_plugin::IpAllocationMode;
 use nicpolicy_plugin::ObjectKind;
 use serde::Deserialize;
 
@@ -885,21 +886,62 @@ impl Reader<'_> {
         })
     }
 
-    /// `provisioner`: stock CAPVCD unless the file names another and what it applies.
+    /// `provisioner`: a profile's build (stock CAPVCD v1.3.2 by default), or a custom one with
+    /// what it applies and builds. `name`, `applies` or `builds` without a profile stand for a
+    /// custom build, as before profiles were named.
     fn provisioner(&self, raw: Option<&file::Provisioner>) -> Result<Provisioner, ConfigError> {
-        let stock = Provisioner::capvcd();
         let Some(raw) = raw else {
-            return Ok(stock);
+            return Ok(Provisioner::capvcd());
         };
-        let name = match raw.name.as_deref() {
+        let declares = raw.applies.is_some() || raw.builds.is_some();
+        let profile = match raw.profile {
+            Some(profile) => profile,
+            None if declares || raw.name.is_some() => Profile::Custom,
+            None => Profile::Capvcd13,
+        };
+        if profile != Profile::Custom {
+            for (field, given) in [
+                ("provisioner.applies", raw.applies.is_some()),
+                ("provisioner.builds", raw.builds.is_some()),
+            ] {
+                if given {
+                    return Err(self.error(
+                        field,
+                        format!(
+                            "only a custom build declares this; the {} profile states what it \
+                             applies and builds (profile: custom)",
+                            profile.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut provisioner = Provisioner::of(profile);
+        match raw.name.as_deref() {
             Some("") => return Err(self.error("provisioner.name", "must not be empty")),
-            Some(name) => name.to_string(),
-            None => stock.name,
-        };
+            Some(name) => provisioner.name = name.to_string(),
+            None => {}
+        }
         let mut applies = raw.applies.clone().unwrap_or_default();
         applies.sort();
         applies.dedup();
-        Ok(Provisioner { name, applies })
+        provisioner.applies = applies;
+        if let Some(builds) = &raw.builds {
+            if builds.ip_allocation_mode == Some(IpAllocationMode::Manual) {
+                return Err(self.error(
+                    "provisioner.builds.ipAllocationMode",
+                    "MANUAL needs the plan's address: list ipAllocationMode and ipAddress in \
+                     provisioner.applies instead",
+                ));
+            }
+            let built = &mut provisioner.builds;
+            built.ip_allocation_mode = builds
+                .ip_allocation_mode
+                .unwrap_or(built.ip_allocation_mode);
+            built.adapter_type = builds.adapter_type.unwrap_or(built.adapter_type);
+            built.connected = builds.connected.unwrap_or(built.connected);
+        }
+        Ok(provisioner)
     }
 
     /// `compile`, each field defaulted on its own.
@@ -1050,7 +1092,7 @@ fn is_zero_duration(text: &str) -> bool {
 mod tests {
     use super::*;
     use nicpolicy_engine::mode::Mode;
-    use nicpolicy_plugin::provisioner::PlanField;
+    use nicpolicy_plugin::provisioner::{Builds, PlanField};
 
     fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
         ServeConfig::parse(Path::new("/etc/nicpolicy/config.yaml"), text)
@@ -1336,6 +1378,62 @@ reload: {interval: 1s}
             [PlanField::IpAllocationMode, PlanField::IpAddress]
         );
         assert_eq!(site.on_unapplied, OnUnapplied::Deny);
+        assert_eq!(site.provisioner.profile, Profile::Custom);
+        assert_eq!(site.provisioner.builds, Builds::default());
+
+        let deckhouse =
+            parse("policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner: {profile: deckhouse}")
+                .expect("valid");
+        assert_eq!(deckhouse.provisioner, Provisioner::of(Profile::Deckhouse));
+        assert_eq!(
+            deckhouse.provisioner.builds.ip_allocation_mode,
+            IpAllocationMode::Dhcp
+        );
+        let custom = parse(
+            "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner:\n  profile: custom\n  \
+             builds: {ipAllocationMode: DHCP, connected: false}\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            custom.provisioner.builds,
+            Builds {
+                ip_allocation_mode: IpAllocationMode::Dhcp,
+                connected: false,
+                ..Builds::default()
+            }
+        );
+
+        // What only a custom build declares, on a named build; MANUAL without an address.
+        for (text, field, says) in [
+            (
+                "provisioner: {profile: deckhouse, applies: [ipAddress]}",
+                "provisioner.applies",
+                "the deckhouse profile states what it applies and builds",
+            ),
+            (
+                "provisioner: {profile: capvcd-main, builds: {connected: false}}",
+                "provisioner.builds",
+                "profile: custom",
+            ),
+            (
+                "provisioner: {builds: {ipAllocationMode: MANUAL}}",
+                "provisioner.builds.ipAllocationMode",
+                "MANUAL needs the plan's address",
+            ),
+        ] {
+            let err = parse(&format!(
+                "policies: {{VCDMachine: [{{builtin: capvcd}}]}}\n{text}"
+            ))
+            .expect_err(text)
+            .to_string();
+            assert!(err.contains(field) && err.contains(says), "{text}: {err}");
+        }
+        let unknown = parse(
+            "policies: {VCDMachine: [{builtin: capvcd}]}\nprovisioner: {profile: capvcd-1.2}",
+        )
+        .expect_err("an unknown profile")
+        .to_string();
+        assert!(unknown.contains("provisioner.profile"), "{unknown}");
     }
 
     #[test]
