@@ -69,8 +69,9 @@
 //! - [`served`]: the served policy set of `serve`, `controller` and `review`: the configuration
 //!   file, the snapshot of policies and inventory it loads, its hot reload.
 //! - [`audit`]: every machine of a set of manifests evaluated against its own cluster, with a
-//!   candidate chain beside (shadow mode); with feature `kubernetes`, of a live cluster too
-//!   (`audit::live`), and [`controller`], the continuous `nicpolicy controller`.
+//!   candidate chain beside (shadow mode) and the static pools its rollouts take from
+//!   ([`audit::capacity`], the counts in [`pools`]); with feature `kubernetes`, of a live
+//!   cluster too (`audit::live`), and [`controller`], the continuous `nicpolicy controller`.
 //!
 //! `host/examples/` has one runnable program per idea: `evaluate`, `chain`, `limits`.
 //!
@@ -109,6 +110,7 @@ pub mod guard;
 pub mod network_config;
 #[cfg(feature = "playground")]
 pub mod playground;
+pub mod pools;
 #[cfg(feature = "kubernetes")]
 pub mod probes;
 pub mod served;

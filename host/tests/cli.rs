@@ -1520,6 +1520,108 @@ fn audit_reports_a_vm_that_drifted_from_its_plan() {
     assert_exit_saying(&unknown, 2, &["no VCDMachine of that name"]);
 }
 
+/// `nicpolicy audit` of prod-eu1's rollouts (examples/rollouts.yaml) with `inventory`.
+fn audit_rollouts(inventory: &str, more: &[&str]) -> Output {
+    nicpolicy(
+        &[
+            &[
+                "audit",
+                "examples/cluster.yaml",
+                "examples/machine.yaml",
+                "examples/rollouts.yaml",
+                "--inventory",
+                inventory,
+            ][..],
+            more,
+        ]
+        .concat(),
+    )
+}
+
+#[test]
+fn audit_reports_a_rollout_the_static_pool_cannot_take() {
+    let out = audit_rollouts("examples/inventory-imported.yaml", &[]);
+    assert_exit_saying(&out, 1, &[]);
+    let text = stdout(&out);
+    let row = |network: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{network} ")))
+            .unwrap_or_else(|| panic!("no {network} row in\n{text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // storage-net: 3 free; md-0 adds 6 machines (the autoscaler's 6 + 1 surge, 1 there), the
+    // control plane 4 (3 + 1): one address each.
+    assert_eq!(
+        row("storage-net"),
+        ["storage-net", "231", "228", "3", "6", "10"]
+    );
+    assert_eq!(row("mgmt-net"), ["mgmt-net", "181", "96", "85", "6", "10"]);
+    assert_eq!(
+        row("workload-net"),
+        ["workload-net", "999", "412", "587", "6", "6"]
+    );
+    assert!(
+        text.contains(
+            "short: storage-net: 3 addresses free, a rollout of prod-eu1/prod-eu1-md-0 needs 6 \
+             (6 machines × 1 POOL NIC; autoscaler max 6 (replicas 4) + maxSurge 1, 1 existing)"
+        ) && text.contains("a rollout of prod-eu1/prod-eu1-control-plane needs 4"),
+        "{text}"
+    );
+    assert!(!text.contains("short: mgmt-net"), "{text}");
+
+    let json = audit_rollouts("examples/inventory-imported.yaml", &["-o", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let storage = &report["capacity"]["networks"][3];
+    assert_eq!(storage["network"], "storage-net");
+    assert_eq!(storage["needs"][0]["name"], "prod-eu1-md-0");
+    assert_eq!(storage["needs"][0]["machines"], 6);
+
+    // On a Deckhouse site every NIC is DHCP: nothing comes from the pools.
+    let deckhouse = audit_rollouts(
+        "examples/inventory-imported.yaml",
+        &["--provisioner", "deckhouse"],
+    );
+    assert_exit_saying(&deckhouse, 0, &[]);
+    assert!(
+        !stdout(&deckhouse).contains("short:"),
+        "{}",
+        stdout(&deckhouse)
+    );
+    // An inventory without counts has no pools to show.
+    let uncounted = audit_rollouts("examples/inventory.yaml", &[]);
+    assert_exit_saying(&uncounted, 0, &[]);
+    assert!(!stdout(&uncounted).contains("Static pools"));
+    // Pools but no rollouts among the inputs: said, not shown as zero needs.
+    let none = nicpolicy(&[
+        "audit",
+        "examples/cluster.yaml",
+        "examples/machine.yaml",
+        "--inventory",
+        "examples/inventory-imported.yaml",
+    ]);
+    assert_exit_saying(&none, 0, &[]);
+    assert!(
+        stdout(&none).contains(
+            "no MachineDeployment or KubeadmControlPlane among the inputs: no rollout counted"
+        ),
+        "{}",
+        stdout(&none)
+    );
+    // A count that does not read is named.
+    let text = std::fs::read_to_string(workspace().join("examples/inventory-imported.yaml"))
+        .unwrap()
+        .replace("usedIpCount: 228", "usedIpCount: 240");
+    let bad = scratch("over-used.yaml", text.as_bytes());
+    let out = audit_rollouts(bad.as_str(), &[]);
+    assert_exit_saying(
+        &out,
+        2,
+        &["networks[3].usedIpCount: 240 is more than totalIpCount 231"],
+    );
+}
+
 #[test]
 fn version_names_the_abi_and_each_built_in_policy_s_digest() {
     let out = nicpolicy(&["--version"]);

@@ -24,6 +24,7 @@ use axum::Router;
 use nicpolicy::clouddirector::client::ClientError;
 use nicpolicy::clouddirector::import::ImportError;
 use nicpolicy::clouddirector::{import, Bounds, Client, Owner};
+use nicpolicy::pools::Pool;
 use serde_json::{json, Value};
 
 const API_TOKEN: &str = "kX9vQ2mZr7TqL4wN8yB1cD6fH3jP5sA0";
@@ -115,7 +116,8 @@ fn networks() -> Vec<(&'static str, Value)> {
                 "usedIpCount": 12,
             }]},
             "totalIpCount": 181,
-            "usedIpCount": 12,
+            // storage-net's pool is all but full: 3 addresses free.
+            "usedIpCount": if name == "storage-net" { 178 } else { 12 },
             "shared": false,
             "status": "REALIZED",
         })
@@ -501,6 +503,14 @@ fn an_org_vdcs_networks_are_read_page_by_page_and_sorted() {
     );
     assert_eq!(storage.static_ip_ranges[0].start, "10.20.0.20");
     assert_eq!(
+        imported.pools.get("storage-net"),
+        Some(&Pool {
+            total: 181,
+            used: 178
+        })
+    );
+    assert_eq!(imported.pools.len(), 306, "every network's counts");
+    assert_eq!(
         imported
             .inventory
             .networks
@@ -727,6 +737,39 @@ fn the_command_writes_the_same_file_twice_and_nothing_on_a_failure() {
         "the same file twice"
     );
     assert!(String::from_utf8_lossy(&first.stderr).contains("warning: dual-stack-net: 2 subnets"));
+    assert!(
+        text.contains("- name: storage-net\n")
+            && text.contains("  totalIpCount: 181\n  usedIpCount: 178\n"),
+        "{text}"
+    );
+    // Its pool counts are what an audit's capacity reads: md-0's rollout needs more of
+    // storage-net than the 3 addresses free.
+    let audit = nicpolicy(
+        &[
+            "audit",
+            "examples/cluster.yaml",
+            "examples/machine.yaml",
+            "examples/rollouts.yaml",
+            "--inventory",
+            out.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(audit.status.code(), Some(1), "a short pool fails the audit");
+    let report: Value = serde_json::from_slice(&audit.stdout).expect("JSON");
+    let storage = report["capacity"]["networks"]
+        .as_array()
+        .expect("networks")
+        .iter()
+        .find(|n| n["network"] == "storage-net")
+        .expect("storage-net")
+        .clone();
+    assert_eq!(
+        (storage["free"].as_u64(), storage["largest"].as_u64()),
+        (Some(3), Some(6))
+    );
     // The file is an inventory the rest of nicpolicy reads.
     let eval = nicpolicy(
         &[

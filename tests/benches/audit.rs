@@ -2,8 +2,11 @@
 //! of valid and invalid ones), read from a folder of manifests as `nicpolicy audit` reads it,
 //! evaluated with the built-in CAPVCD policy in Wasm and with the same rules native, in one
 //! run. Then the controller's view of the same objects: one PolicyReport per namespace, and how
-//! many reports one changed machine rewrites. Prints CPU seconds (user + system, from
-//! /proc/self/stat) and the process's peak resident memory.
+//! many reports one changed machine rewrites. Then static-pool capacity: every cluster also has
+//! three MachineDeployments and a KubeadmControlPlane (with its template), and the inventory's
+//! networks carry pool counts; what each rollout needs of each pool is counted as `audit`
+//! counts it. Prints CPU seconds (user + system, from /proc/self/stat) and the process's peak
+//! resident memory.
 //!
 //! `cargo bench -p nicpolicy-tests --bench audit [-- --clusters N --machines N]`
 
@@ -13,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use nicpolicy::audit::capacity::Capacity;
 use nicpolicy::audit::{evaluate_all, Inputs, Summary};
 use nicpolicy::controller::report::{self, Bounds, Format};
 use nicpolicy::{PolicyChain, PolicyOptions};
@@ -32,6 +36,13 @@ fn main() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-audit");
     let (namespaces, mix) = fleet::generate(clusters, per_cluster);
     fleet::write(&dir, &namespaces);
+    for namespace in &namespaces {
+        std::fs::write(
+            dir.join(&namespace.name).join("rollouts.yaml"),
+            rollouts(&namespace.name),
+        )
+        .expect("bench file");
+    }
     println!(
         "{} objects in {clusters} clusters ({} per cluster): {mix:?}",
         clusters * per_cluster,
@@ -152,9 +163,81 @@ fn main() {
         largest as f64 / 1024.0,
         first.len()
     );
+    // Static pools: the inventory with counts (storage-net nearly full), every rollout's need.
+    let counted = dir.join("inventory-counted.yaml");
+    let mut written = serde_json::to_value(&inventory).expect("the inventory serialises");
+    for network in written["networks"].as_array_mut().expect("networks") {
+        let used = if network["name"] == "storage-net" {
+            3990
+        } else {
+            1200
+        };
+        network["totalIpCount"] = 4000.into();
+        network["usedIpCount"] = used.into();
+    }
+    std::fs::write(&counted, serde_json::to_string(&written).expect("JSON")).expect("bench file");
+    let peak_before = procfs::peak_rss_mib("self");
+    let cpu = procfs::cpu_seconds("self");
+    let wall = Instant::now();
+    let capacity = Capacity::of(&counted, &inputs.files, &findings, chain.builder())
+        .expect("the counted inventory reads")
+        .expect("pools");
+    let capacity_cpu = procfs::cpu_seconds("self") - cpu;
+    let capacity_wall = wall.elapsed();
+    let short: Vec<&str> = capacity
+        .networks
+        .iter()
+        .filter(|n| n.short())
+        .map(|n| n.network.as_str())
+        .collect();
+    assert!(
+        short.contains(&"storage-net"),
+        "storage-net is short: {:?}",
+        capacity
+            .networks
+            .iter()
+            .find(|n| n.network == "storage-net")
+    );
+    assert_eq!(capacity.rollouts, clusters * 4, "every rollout counted");
+    println!(
+        "static pools: {} rollouts against {} pools in {capacity_cpu:.3} s CPU ({:.3} s wall); short: {short:?}; {} not counted; peak resident memory {:.0} MiB before, {:.0} MiB after",
+        capacity.rollouts,
+        capacity.networks.len(),
+        capacity_wall.as_secs_f64(),
+        capacity.uncounted.len(),
+        peak_before,
+        procfs::peak_rss_mib("self")
+    );
     println!(
         "peak resident memory: {:.0} MiB",
         procfs::peak_rss_mib("self")
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rollouts of the generated cluster in `namespace`, each to a template of its own (the next
+/// version of a node pool's template, as an upgrade rolls it out): MachineDeployments md-0..md-2
+/// (md-0 the 94 workers the fleet has, autoscaled to 120; md-1 and md-2 30 replicas, none there
+/// yet; maxSurge 1) on mgmt-net, storage-net and workload-net, and a KubeadmControlPlane of
+/// three on mgmt-net and storage-net.
+fn rollouts(namespace: &str) -> String {
+    let name = format!("{namespace}-prod");
+    let mut out = format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachineTemplate\nmetadata:\n  name: {name}-control-plane\n  namespace: {namespace}\n  labels: {{cluster.x-k8s.io/cluster-name: {name}}}\nspec:\n  template:\n    spec:\n      catalog: cse-templates\n      template: ubuntu-2204-kube-v1.31.4\n      extraOvdcNetworks: [storage-net]\n---\napiVersion: controlplane.cluster.x-k8s.io/v1beta1\nkind: KubeadmControlPlane\nmetadata: {{name: {name}-control-plane, namespace: {namespace}}}\nspec:\n  replicas: 3\n  machineTemplate:\n    infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta3, kind: VCDMachineTemplate, name: {name}-control-plane}}\n"
+    );
+    for t in 0..3 {
+        let annotations = if t == 0 {
+            "\n  annotations: {cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size: '120'}"
+        } else {
+            ""
+        };
+        let replicas = if t == 0 { 94 } else { 30 };
+        out.push_str(&format!(
+            "---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachineTemplate\nmetadata:\n  name: {name}-md-{t}-v2\n  namespace: {namespace}\n  labels: {{cluster.x-k8s.io/cluster-name: {name}}}\nspec:\n  template:\n    spec:\n      catalog: cse-templates\n      template: ubuntu-2204-kube-v1.32.1\n      extraOvdcNetworks: [storage-net, workload-net]\n"
+        ));
+        out.push_str(&format!(
+            "---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata:\n  name: {name}-md-{t}\n  namespace: {namespace}{annotations}\nspec:\n  clusterName: {name}\n  replicas: {replicas}\n  strategy: {{type: RollingUpdate, rollingUpdate: {{maxSurge: 1}}}}\n  template:\n    spec:\n      clusterName: {name}\n      infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1beta3, kind: VCDMachineTemplate, name: {name}-md-{t}-v2}}\n"
+        ));
+    }
+    out
 }

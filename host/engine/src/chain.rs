@@ -305,6 +305,16 @@ impl PolicyChain {
         self.provisioner.as_deref().map(|(p, on)| (p, *on))
     }
 
+    /// The provisioner that builds this chain's plans: the one it reports against, else stock
+    /// CAPVCD (what a VM is compared with, what a guest config and a pool count go by).
+    pub fn builder(&self) -> &Provisioner {
+        static STOCK: std::sync::OnceLock<Provisioner> = std::sync::OnceLock::new();
+        match &self.provisioner {
+            Some(pair) => &pair.0,
+            None => STOCK.get_or_init(Provisioner::capvcd),
+        }
+    }
+
     /// This chain with `next` evaluated after the policies already in it.
     pub fn then(mut self, next: Policy) -> PolicyChain {
         self.push(next);

@@ -2,6 +2,7 @@
 //! (files, folders, or the objects of a live cluster) evaluated against its own cluster, with
 //! an optional candidate chain beside the served one (shadow mode).
 //!
+//! - [`capacity`]: the static IP pools of the org VDC networks against what rollouts need.
 //! - [`inputs`]: reading manifests into [`Subject`]s, each machine with the request its policy
 //!   sees (its cluster found as the webhook finds it) or the reason it cannot be evaluated.
 //! - [`findings`]: evaluating subjects into [`Finding`]s (allowed, denied, skipped, error).
@@ -12,6 +13,7 @@
 //! `nicpolicy eval` (several machines), `nicpolicy audit` and `nicpolicy controller` all go
 //! through these modules, so a machine gets the same answer from each.
 
+pub mod capacity;
 pub mod findings;
 pub mod inputs;
 // The live reader is the one part of the audit that talks to the Kubernetes API.

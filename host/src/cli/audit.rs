@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
+use nicpolicy::audit::capacity::Capacity;
 use nicpolicy::audit::summary::by_cluster;
 use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
 use nicpolicy::manifest::{self, ManifestFile};
-use nicpolicy::plugin::provisioner::Provisioner;
 use nicpolicy::PolicyChain;
 
 use nicpolicy::junit::{CaseResult, Suite, Suites, TestCase};
@@ -142,6 +142,12 @@ pub fn run(
             .map(|c| c as &dyn nicpolicy::audit::Chains),
     );
     let drifted = compare_vms(&chain, &mut findings, &args.vm_nics)?;
+    let capacity = match &args.inventory {
+        Some(path) => {
+            Capacity::of(path, &inputs.files, &findings, chain.builder()).map_err(usage)?
+        }
+        None => None,
+    };
     let summary = Summary::of(&findings);
     if args.verbose {
         eprintln!(
@@ -154,9 +160,20 @@ pub fn run(
     }
     let unreadable: Vec<String> = inputs.unreadable.iter().map(|e| e.to_string()).collect();
     let text = match args.output {
-        Format::Table => render_audit(&chain, candidate.as_ref(), &findings, &summary, &unreadable),
+        Format::Table => render_audit(
+            &chain,
+            candidate.as_ref(),
+            &findings,
+            &summary,
+            capacity.as_ref(),
+            &unreadable,
+        ),
         Format::Json | Format::Yaml => {
-            let report = report_value(&chain, candidate.as_ref(), &findings, &summary, &unreadable);
+            let mut report =
+                report_value(&chain, candidate.as_ref(), &findings, &summary, &unreadable);
+            if let Some(capacity) = &capacity {
+                report["capacity"] = serde_json::to_value(capacity).map_err(usage)?;
+            }
             if args.output == Format::Json {
                 serde_json::to_string_pretty(&report).map_err(usage)? + "\n"
             } else {
@@ -170,8 +187,9 @@ pub fn run(
             .with_context(|| format!("{}: cannot write the JUnit report", path.display()))
             .map_err(usage)?;
     }
+    let short = capacity.as_ref().is_some_and(Capacity::short);
     let code = match summary.exit_code() {
-        0 if drifted => crate::exit::DENIED,
+        0 if drifted || short => crate::exit::DENIED,
         code => code,
     };
     // A file that could not be read is bad input, unless a denial already says more.
@@ -202,8 +220,7 @@ fn compare_vms(
     findings: &mut [Finding],
     vms: &[(String, PathBuf)],
 ) -> Result<bool, Failure> {
-    let stock = Provisioner::capvcd();
-    let provisioner = chain.provisioner().map_or(&stock, |(p, _)| p);
+    let provisioner = chain.builder();
     let mut drifted = false;
     for (name, path) in vms {
         let vm = nicpolicy::vcd::read_section(path)
@@ -318,6 +335,7 @@ fn render_audit(
     candidate: Option<&PolicyChain>,
     findings: &[Finding],
     summary: &Summary,
+    capacity: Option<&Capacity>,
     unreadable: &[String],
 ) -> String {
     let mut out = String::new();
@@ -411,6 +429,9 @@ fn render_audit(
             let _ = writeln!(out, "  {rule:<width$}{n}");
         }
     }
+    if let Some(capacity) = capacity {
+        render_capacity(&mut out, capacity);
+    }
     if let Some(changes) = &summary.candidate {
         let text: Vec<String> = changes
             .iter()
@@ -425,6 +446,63 @@ fn render_audit(
         }
     }
     out
+}
+
+/// The static pools: a row per network, a `short:` line under it for each rollout that needs
+/// more than is free, then what could not be counted.
+fn render_capacity(out: &mut String, capacity: &Capacity) {
+    let _ = writeln!(
+        out,
+        "\nStatic pools (free = totalIpCount - usedIpCount; needed: the POOL NICs of the machines a \
+         rollout adds):"
+    );
+    let mut rows: Vec<[String; 6]> = vec![[
+        "NETWORK".into(),
+        "TOTAL".into(),
+        "USED".into(),
+        "FREE".into(),
+        "LARGEST ROLLOUT".into(),
+        "ALL ROLLOUTS".into(),
+    ]];
+    let mut notes: Vec<Vec<String>> = vec![Vec::new()];
+    for network in &capacity.networks {
+        rows.push([
+            network.network.clone(),
+            network.pool.total.to_string(),
+            network.pool.used.to_string(),
+            network.free.to_string(),
+            network.largest.to_string(),
+            network.all.to_string(),
+        ]);
+        let mut lines: Vec<String> = network
+            .needs
+            .iter()
+            .filter(|need| need.addresses > network.free)
+            .map(|need| format!("short: {}", network.sentence(need)))
+            .collect();
+        if !network.short() && network.all > network.free {
+            lines.push(format!(
+                "every rollout at once would need {}, more than the {} free",
+                network.all, network.free
+            ));
+        }
+        notes.push(lines);
+    }
+    for (line, notes) in table(&rows).lines().zip(&notes) {
+        let _ = writeln!(out, "{line}");
+        for note in notes {
+            let _ = writeln!(out, "    {note}");
+        }
+    }
+    if capacity.rollouts == 0 {
+        let _ = writeln!(
+            out,
+            "  no MachineDeployment or KubeadmControlPlane among the inputs: no rollout counted"
+        );
+    }
+    for line in &capacity.uncounted {
+        let _ = writeln!(out, "  {line}");
+    }
 }
 
 /// The JSON/YAML report: the chains, the totals, the clusters with their machines, and the files

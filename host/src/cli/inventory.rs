@@ -61,11 +61,23 @@ struct ImportArgs {
     timeout: u64,
 }
 
-/// The file as the inventory readers take it, each network's fields in their usual order.
+/// The file as the inventory readers take it, each network's fields in their usual order, its
+/// pool counts after them.
 #[derive(serde::Serialize)]
 struct InventoryFile<'a> {
     kind: &'static str,
-    networks: &'a [Network],
+    networks: Vec<WrittenNetwork<'a>>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenNetwork<'a> {
+    #[serde(flatten)]
+    network: &'a Network,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_ip_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used_ip_count: Option<u64>,
 }
 
 /// Runs `nicpolicy inventory`.
@@ -129,7 +141,19 @@ fn run_import(args: ImportArgs) -> Result<u8, Failure> {
     text.push_str(
         &serde_yaml_ng::to_string(&InventoryFile {
             kind: "NetworkInventory",
-            networks: &imported.inventory.networks,
+            networks: imported
+                .inventory
+                .networks
+                .iter()
+                .map(|network| {
+                    let pool = imported.pools.get(&network.name);
+                    WrittenNetwork {
+                        network,
+                        total_ip_count: pool.map(|p| p.total),
+                        used_ip_count: pool.map(|p| p.used),
+                    }
+                })
+                .collect(),
         })
         .context("cannot write YAML")
         .map_err(runtime)?,

@@ -131,16 +131,6 @@ pub struct Judged {
 }
 
 impl Judged {
-    /// The provisioner its chain reports against (stock CAPVCD for a chain without one).
-    pub fn provisioner(&self) -> &nicpolicy::plugin::provisioner::Provisioner {
-        static STOCK: std::sync::OnceLock<nicpolicy::plugin::provisioner::Provisioner> =
-            std::sync::OnceLock::new();
-        match self.chain.provisioner() {
-            Some((provisioner, _)) => provisioner,
-            None => STOCK.get_or_init(nicpolicy::plugin::provisioner::Provisioner::capvcd),
-        }
-    }
-
     /// The NICs the provisioner builds for its plan ([`nicpolicy::vcd::built_nics`]).
     pub fn built_nics(&self) -> Vec<nicpolicy::plugin::Nic> {
         let decision = &self.evaluation.decision;
@@ -148,6 +138,6 @@ impl Judged {
             .extra_ovdc_networks
             .as_ref()
             .unwrap_or(&self.request.machine.extra_ovdc_networks);
-        nicpolicy::vcd::built_nics(self.provisioner(), &decision.nics, extras)
+        nicpolicy::vcd::built_nics(self.chain.builder(), &decision.nics, extras)
     }
 }

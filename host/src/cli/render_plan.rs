@@ -141,7 +141,7 @@ fn guest_config(args: NetworkConfigArgs, positions: &Positions) -> Result<u8, Fa
     let guest = network_config::read_guest_networks(&inventory_path).map_err(usage)?;
     // The guest gets the NICs as they are built: a plan's POOL NIC is DHCP on a Deckhouse VM.
     let built = judged.built_nics();
-    if let Some(note) = judged.provisioner().guest_config_note() {
+    if let Some(note) = judged.chain.builder().guest_config_note() {
         eprintln!("note: {note}");
     }
     let rendered = network_config::render(&built, &vm, &inventory, &guest)

@@ -6,6 +6,7 @@ use nicpolicy_plugin::schema::{Inventory, IpRange, Network, NetworkType};
 use serde_json::Value;
 
 use super::client::{Client, ClientError};
+use crate::pools::Pool;
 
 /// Results per page: the most Cloud Director serves.
 pub const PAGE_SIZE: u32 = 128;
@@ -40,6 +41,10 @@ impl Owner {
 pub struct Imported {
     /// The networks, sorted by name.
     pub inventory: Inventory,
+    /// Each network's static pool as Cloud Director counts it (`totalIpCount`, `usedIpCount`),
+    /// where it gives both: written beside the network ([`crate::pools`]), not sent to
+    /// policies.
+    pub pools: BTreeMap<String, Pool>,
     /// What was read, one line each, for the file's head (no time: the same site gives the
     /// same file).
     pub sources: Vec<String>,
@@ -134,6 +139,24 @@ async fn resolve(client: &mut Client, owner: &Owner) -> Result<(String, String),
     }
 }
 
+/// The network's static pool counts, when the answer gives both (the API may give `null`).
+fn pool(value: &Value) -> Result<Option<Pool>, String> {
+    let count = |key: &str| match value.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("{key} {n} is not a count")),
+    };
+    match (count("totalIpCount")?, count("usedIpCount")?) {
+        (Some(total), Some(used)) if used > total => Err(format!(
+            "usedIpCount {used} is more than totalIpCount {total}"
+        )),
+        (Some(total), Some(used)) => Ok(Some(Pool { total, used })),
+        _ => Ok(None),
+    }
+}
+
 /// One `VdcNetwork` of the answer as an inventory network.
 fn network(value: &Value, warnings: &mut Vec<String>) -> Result<Network, String> {
     let name = text(value, "name").ok_or("no name")?;
@@ -201,6 +224,7 @@ pub async fn import(client: &mut Client, owners: &[Owner]) -> Result<Imported, I
         filters.push((Some(id), described));
     }
     let mut networks: BTreeMap<String, (Network, String)> = BTreeMap::new();
+    let mut pools = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut sources = Vec::new();
     for (id, described) in &filters {
@@ -224,12 +248,15 @@ pub async fn import(client: &mut Client, owners: &[Owner]) -> Result<Imported, I
                     why: "no values".into(),
                 })?;
             for (index, value) in values.iter().enumerate() {
-                let network =
-                    network(value, &mut warnings).map_err(|why| ImportError::Network {
-                        what: what.clone(),
-                        index,
-                        why,
-                    })?;
+                let failed = |why| ImportError::Network {
+                    what: what.clone(),
+                    index,
+                    why,
+                };
+                let network = network(value, &mut warnings).map_err(failed)?;
+                if let Some(counted) = pool(value).map_err(failed)? {
+                    pools.insert(network.name.clone(), counted);
+                }
                 read += 1;
                 if let Some((_, first)) = networks.get(&network.name) {
                     return Err(ImportError::Duplicate {
@@ -275,7 +302,40 @@ pub async fn import(client: &mut Client, owners: &[Owner]) -> Result<Imported, I
     })?;
     Ok(Imported {
         inventory,
+        pools,
         sources,
         warnings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pool_counts_are_read_when_both_are_whole_numbers() {
+        let counted = json!({"totalIpCount": 231, "usedIpCount": 228});
+        assert_eq!(
+            pool(&counted),
+            Ok(Some(Pool {
+                total: 231,
+                used: 228
+            }))
+        );
+        // The API may give null (govcd declares both as pointers): no pool then.
+        assert_eq!(
+            pool(&json!({"totalIpCount": null, "usedIpCount": 3})),
+            Ok(None)
+        );
+        assert_eq!(pool(&json!({})), Ok(None));
+        assert_eq!(
+            pool(&json!({"totalIpCount": 10, "usedIpCount": 11})),
+            Err("usedIpCount 11 is more than totalIpCount 10".to_string())
+        );
+        assert_eq!(
+            pool(&json!({"totalIpCount": "ten", "usedIpCount": 1})),
+            Err("totalIpCount \"ten\" is not a count".to_string())
+        );
+    }
 }

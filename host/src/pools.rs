@@ -1,0 +1,72 @@
+//! The static IP pools of the org VDC networks, as Cloud Director counts them (`totalIpCount`,
+//! `usedIpCount`): written into the inventory file by `nicpolicy inventory import`
+//! ([`crate::clouddirector`]) and read back by the audit's capacity
+//! ([`crate::audit::capacity`]). They are members of the inventory file that are never sent to
+//! policies: the request's `Network` has none, so ABI v1 and its binary formats are unchanged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
+use serde::{Deserialize, Serialize};
+
+/// A network's static pool as Cloud Director counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// `totalIpCount`: the addresses of the static IP ranges.
+    pub total: u64,
+    /// `usedIpCount`: those taken.
+    pub used: u64,
+}
+
+impl Pool {
+    /// The addresses still free.
+    pub fn free(&self) -> u64 {
+        self.total.saturating_sub(self.used)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountedNetwork {
+    name: String,
+    #[serde(default)]
+    total_ip_count: Option<u64>,
+    #[serde(default)]
+    used_ip_count: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CountedInventory {
+    #[serde(default)]
+    networks: Vec<CountedNetwork>,
+}
+
+/// The pools of the inventory file at `path` that carry both counts, by network name (these
+/// members are not sent to policies).
+///
+/// # Errors
+/// The file cannot be read, a count is not a whole number (named with its path), or a network
+/// uses more than it has.
+pub fn read_pools(path: &Path) -> Result<BTreeMap<String, Pool>, ManifestError> {
+    let file = ManifestFile::read(path)?;
+    let mut pools = BTreeMap::new();
+    for object in &file.objects {
+        let counted: CountedInventory = serde_path_to_error::deserialize(&object.value)
+            .map_err(|err| file.field_error(object, &err.path().to_string(), err.inner()))?;
+        for (i, network) in counted.networks.into_iter().enumerate() {
+            if let (Some(total), Some(used)) = (network.total_ip_count, network.used_ip_count) {
+                if used > total {
+                    return Err(file.field_error(
+                        object,
+                        &format!("networks[{i}].usedIpCount"),
+                        format!("{used} is more than totalIpCount {total}"),
+                    ));
+                }
+                pools.insert(network.name, Pool { total, used });
+            }
+        }
+    }
+    Ok(pools)
+}
