@@ -184,8 +184,16 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
         });
     }
     let mut params = BTreeMap::new();
-    if let Some(inventory) = &served.inventory {
-        params.insert(INVENTORY_PARAM.to_string(), inventory_param(inventory));
+    if !served.inventories.is_empty() {
+        // kube-apiserver cannot tell a machine's org VDC (that takes its VCDCluster): the
+        // backstop knows a network when any VDC's inventory has it.
+        let mut every = nicpolicy_plugin::Inventory::default();
+        for network in served.inventories.all().flat_map(|i| &i.networks) {
+            if every.networks.iter().all(|n| n.name != network.name) {
+                every.networks.push(network.clone());
+            }
+        }
+        params.insert(INVENTORY_PARAM.to_string(), inventory_param(&every));
     }
     let mut kinds = BTreeMap::new();
     for (kind, chain) in &served.chains {

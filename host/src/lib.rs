@@ -107,6 +107,7 @@ pub mod clusters;
 pub mod controller;
 #[cfg(feature = "kubernetes")]
 pub mod guard;
+pub mod inventories;
 pub mod network_config;
 #[cfg(feature = "playground")]
 pub mod playground;

@@ -70,3 +70,37 @@ pub fn read_pools(path: &Path) -> Result<BTreeMap<String, Pool>, ManifestError> 
     }
     Ok(pools)
 }
+
+/// The pools of a deployment's inventories: the default inventory's and each org VDC's
+/// ([`crate::inventories`]), by network name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pools {
+    /// The default inventory's.
+    pub default: BTreeMap<String, Pool>,
+    /// Each org VDC's, by its name.
+    pub by_vdc: BTreeMap<String, BTreeMap<String, Pool>>,
+}
+
+impl Pools {
+    /// Reads the pools of the default inventory file and of each VDC's.
+    ///
+    /// # Errors
+    /// As for [`read_pools`], for the first file that fails.
+    pub fn read(
+        default: Option<&Path>,
+        by_vdc: &BTreeMap<String, std::path::PathBuf>,
+    ) -> Result<Pools, ManifestError> {
+        Ok(Pools {
+            default: default.map(read_pools).transpose()?.unwrap_or_default(),
+            by_vdc: by_vdc
+                .iter()
+                .map(|(vdc, path)| Ok((vdc.clone(), read_pools(path)?)))
+                .collect::<Result<_, ManifestError>>()?,
+        })
+    }
+
+    /// Whether no inventory counts any pool.
+    pub fn is_empty(&self) -> bool {
+        self.default.is_empty() && self.by_vdc.values().all(BTreeMap::is_empty)
+    }
+}

@@ -1623,6 +1623,67 @@ fn audit_reports_a_rollout_the_static_pool_cannot_take() {
 }
 
 #[test]
+fn audit_judges_each_machine_against_its_org_vdcs_inventory() {
+    // prod-eu1 is in eu1-ovdc-prod; its own inventory lacks workload-net, the default has it.
+    let text = std::fs::read_to_string(workspace().join("examples/inventory-imported.yaml"))
+        .unwrap()
+        .replace("- name: workload-net", "- name: other-net");
+    let prod = scratch("eu1-ovdc-prod.yaml", text.as_bytes());
+    let vdc = format!("eu1-ovdc-prod={prod}");
+    let out = audit_rollouts(
+        "examples/inventory-imported.yaml",
+        &["--vdc-inventory", &vdc, "-o", "json"],
+    );
+    assert_exit_saying(&out, 1, &[]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let worker = &report["clusters"][0]["objects"][0];
+    assert_eq!(worker["name"], "prod-eu1-md-0-x7k2p");
+    assert_eq!(worker["result"], "denied", "{worker}");
+    // The pools counted are eu1-ovdc-prod's: the default's take nothing.
+    let networks = report["capacity"]["networks"].as_array().expect("networks");
+    let needs = |vdc: Option<&str>, network: &str| {
+        networks
+            .iter()
+            .find(|n| n["vdc"].as_str() == vdc && n["network"] == network)
+            .map(|n| n["largest"].as_u64())
+    };
+    // md-0's template asks for workload-net too, so it is denied and not counted: the control
+    // plane's rollout is.
+    assert_eq!(needs(Some("eu1-ovdc-prod"), "storage-net"), Some(Some(4)));
+    assert_eq!(needs(None, "storage-net"), Some(Some(0)));
+    assert_eq!(
+        report["capacity"]["uncounted"],
+        serde_json::json!([
+            "MachineDeployment prod-eu1/prod-eu1-md-0: not counted: its VCDMachineTemplate \
+             prod-eu1-md-0 is denied"
+        ])
+    );
+    let table = audit_rollouts(
+        "examples/inventory-imported.yaml",
+        &["--vdc-inventory", &vdc],
+    );
+    assert!(
+        stdout(&table).contains(
+            "short: storage-net (eu1-ovdc-prod): 3 addresses free, a rollout of \
+             prod-eu1/prod-eu1-control-plane needs 4"
+        ),
+        "{}",
+        stdout(&table)
+    );
+    // Another VDC's inventory leaves prod-eu1 on the default.
+    let other = audit_rollouts(
+        "examples/inventory.yaml",
+        &["--vdc-inventory", &format!("eu1-ovdc-stage={prod}")],
+    );
+    assert_exit_saying(&other, 0, &[]);
+    let bad = audit_rollouts(
+        "examples/inventory.yaml",
+        &["--vdc-inventory", "eu1-ovdc-prod"],
+    );
+    assert_exit_saying(&bad, 2, &["is not OVDC=FILE"]);
+}
+
+#[test]
 fn version_names_the_abi_and_each_built_in_policy_s_digest() {
     let out = nicpolicy(&["--version"]);
     assert_exit_saying(&out, 0, &[]);

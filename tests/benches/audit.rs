@@ -19,6 +19,7 @@ use std::time::Instant;
 use nicpolicy::audit::capacity::Capacity;
 use nicpolicy::audit::{evaluate_all, Inputs, Summary};
 use nicpolicy::controller::report::{self, Bounds, Format};
+use nicpolicy::inventories::Inventories;
 use nicpolicy::{PolicyChain, PolicyOptions};
 use nicpolicy_plugin::capvcd;
 
@@ -55,10 +56,35 @@ fn main() {
             .expect("the CAPVCD policy loads"),
     );
 
+    // Every org VDC has an inventory of its own (the same networks; pools counted apart below),
+    // beside the fleet's folder, not in it.
+    let inventory_dir = dir.with_extension("inventories");
+    std::fs::create_dir_all(&inventory_dir).expect("bench folder");
+    let by_vdc: BTreeMap<String, PathBuf> = (0..fleet::VDCS)
+        .map(|i| {
+            let path = inventory_dir.join(format!("{}.yaml", fleet::vdc(i)));
+            let mut written = serde_json::to_value(&inventory).expect("the inventory serialises");
+            for network in written["networks"].as_array_mut().expect("networks") {
+                // One VDC's storage-net is nearly full.
+                let used = if i == 1 && network["name"] == "storage-net" {
+                    3990
+                } else {
+                    1200
+                };
+                network["totalIpCount"] = 4000.into();
+                network["usedIpCount"] = used.into();
+            }
+            std::fs::write(&path, serde_json::to_string(&written).expect("JSON"))
+                .expect("bench file");
+            (fleet::vdc(i), path)
+        })
+        .collect();
+
     let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
+    let inventories = Inventories::read(None, &by_vdc).expect("the inventories read");
     let inputs = Inputs::read(std::slice::from_ref(&dir)).expect("the generated folder reads");
-    let subjects = inputs.subjects(Some(&inventory));
+    let subjects = inputs.subjects(&inventories);
     let read_cpu = procfs::cpu_seconds("self") - cpu;
     let read_wall = wall.elapsed();
 
@@ -163,35 +189,24 @@ fn main() {
         largest as f64 / 1024.0,
         first.len()
     );
-    // Static pools: the inventory with counts (storage-net nearly full), every rollout's need.
-    let counted = dir.join("inventory-counted.yaml");
-    let mut written = serde_json::to_value(&inventory).expect("the inventory serialises");
-    for network in written["networks"].as_array_mut().expect("networks") {
-        let used = if network["name"] == "storage-net" {
-            3990
-        } else {
-            1200
-        };
-        network["totalIpCount"] = 4000.into();
-        network["usedIpCount"] = used.into();
-    }
-    std::fs::write(&counted, serde_json::to_string(&written).expect("JSON")).expect("bench file");
+    // Static pools: each VDC's inventory counts its pools; every rollout's need against its
+    // VDC's.
     let peak_before = procfs::peak_rss_mib("self");
     let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
-    let capacity = Capacity::of(&counted, &inputs.files, &findings, chain.builder())
+    let capacity = Capacity::of(None, &by_vdc, &inputs.files, &findings, chain.builder())
         .expect("the counted inventory reads")
         .expect("pools");
     let capacity_cpu = procfs::cpu_seconds("self") - cpu;
     let capacity_wall = wall.elapsed();
-    let short: Vec<&str> = capacity
+    let short: Vec<String> = capacity
         .networks
         .iter()
         .filter(|n| n.short())
-        .map(|n| n.network.as_str())
+        .map(|n| format!("{} ({})", n.network, n.vdc.as_deref().unwrap_or("default")))
         .collect();
     assert!(
-        short.contains(&"storage-net"),
+        short == [format!("storage-net ({})", fleet::vdc(1))],
         "storage-net is short: {:?}",
         capacity
             .networks
@@ -200,9 +215,10 @@ fn main() {
     );
     assert_eq!(capacity.rollouts, clusters * 4, "every rollout counted");
     println!(
-        "static pools: {} rollouts against {} pools in {capacity_cpu:.3} s CPU ({:.3} s wall); short: {short:?}; {} not counted; peak resident memory {:.0} MiB before, {:.0} MiB after",
+        "static pools: {} rollouts against {} pools of {} org VDCs in {capacity_cpu:.3} s CPU ({:.3} s wall); short: {short:?}; {} not counted; peak resident memory {:.0} MiB before, {:.0} MiB after",
         capacity.rollouts,
         capacity.networks.len(),
+        fleet::VDCS,
         capacity_wall.as_secs_f64(),
         capacity.uncounted.len(),
         peak_before,
@@ -213,6 +229,7 @@ fn main() {
         procfs::peak_rss_mib("self")
     );
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&inventory_dir);
 }
 
 /// The rollouts of the generated cluster in `namespace`, each to a template of its own (the next

@@ -1,6 +1,7 @@
 //! `nicpolicy serve` as kube-apiserver meets it: a real server on loopback with a generated CA,
 //! real HTTPS clients, the fixtures the API server would send.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1778,6 +1779,47 @@ async fn a_plan_capvcd_will_not_build_is_a_warning_or_a_denial() {
         ]),
         "{response}"
     );
+}
+
+#[tokio::test]
+async fn a_machine_is_judged_against_its_org_vdcs_inventory() {
+    // prod-eu1 is in eu1-ovdc-prod (examples/cluster.yaml); its worker asks for storage-net
+    // and workload-net.
+    let dir = scratch("inventories");
+    let mut config = shipped_config(&dir);
+    let review = fixture("vcdmachine-create-worker");
+    let write = |name: &str, networks: &[&str]| {
+        let path = dir.join(name);
+        let list: Vec<String> = networks.iter().map(|n| format!("  - name: {n}")).collect();
+        std::fs::write(&path, format!("networks:\n{}\n", list.join("\n"))).unwrap();
+        path
+    };
+    // The default lists every network; eu1-ovdc-prod's own has no workload-net.
+    config.inventory = Some(write(
+        "default.yaml",
+        &["mgmt-net", "storage-net", "workload-net"],
+    ));
+    config.inventories = BTreeMap::from([(
+        "eu1-ovdc-prod".to_string(),
+        write("eu1-ovdc-prod.yaml", &["mgmt-net", "storage-net"]),
+    )]);
+    let server = TestServer::start(config.clone()).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("workload-net")),
+        "{response}"
+    );
+    // Another VDC's inventory does not apply: prod-eu1 falls back to the default.
+    config.inventories = BTreeMap::from([(
+        "eu1-ovdc-stage".to_string(),
+        write("eu1-ovdc-stage.yaml", &["mgmt-net"]),
+    )]);
+    let server = TestServer::start(config).await;
+    let response = server.review(Endpoint::Validate, M, &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
 }
 
 /// Cluster API's Machines of prod-eu1 as the management cluster holds them (metadata only is

@@ -25,7 +25,8 @@ use std::path::Path;
 
 use nicpolicy_inputs::manifest::{namespace_or_default, ManifestError, ManifestFile, Object};
 
-pub use crate::pools::{read_pools, Pool};
+use crate::inventories::Inventories;
+pub use crate::pools::{read_pools, Pool, Pools};
 use nicpolicy_plugin::provisioner::Provisioner;
 use nicpolicy_plugin::IpAllocationMode;
 use serde::Serialize;
@@ -242,6 +243,9 @@ pub struct Need {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkCapacity {
+    /// The org VDC whose inventory counts the pool; none for the default inventory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vdc: Option<String>,
     /// The network.
     pub network: String,
     /// Its pool.
@@ -270,9 +274,12 @@ impl NetworkCapacity {
             1 => "1 address free".to_string(),
             n => format!("{n} addresses free"),
         };
+        let network = match &self.vdc {
+            Some(vdc) => format!("{} ({vdc})", self.network),
+            None => self.network.clone(),
+        };
         format!(
-            "{}: {free}, a rollout of {}/{} needs {} ({} machines × {} POOL NIC{}; {})",
-            self.network,
+            "{network}: {free}, a rollout of {}/{} needs {} ({} machines × {} POOL NIC{}; {})",
             need.namespace,
             need.name,
             need.addresses,
@@ -298,19 +305,20 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// The pools of the inventory at `inventory` (`None` when it counts none) against the
-    /// rollouts of `files`, each template's plan taken from `findings` and built by
+    /// The pools of the inventories at `default` and `by_vdc` (`None` when they count none)
+    /// against the rollouts of `files`, each template's plan taken from `findings` and built by
     /// `provisioner`.
     ///
     /// # Errors
     /// As for [`read_pools`].
     pub fn of(
-        inventory: &Path,
+        default: Option<&Path>,
+        by_vdc: &BTreeMap<String, std::path::PathBuf>,
         files: &[ManifestFile],
         findings: &[Finding],
         provisioner: &Provisioner,
     ) -> Result<Option<Capacity>, ManifestError> {
-        let pools = read_pools(inventory)?;
+        let pools = Pools::read(default, by_vdc)?;
         if pools.is_empty() {
             return Ok(None);
         }
@@ -331,10 +339,13 @@ impl Capacity {
 }
 
 /// The capacity of every pool in `pools` against `rollouts`, each template's plan (its finding
-/// among `findings`) built by `provisioner`; and, one line each, the rollouts whose template
-/// has no plan to count (missing, denied, not evaluated).
+/// among `findings`) built by `provisioner` and counted against the pools of its org VDC (its
+/// cluster's or zone's, as [`Inventories`] chooses; every zone's for a multi-zone template
+/// without a failure domain, since any zone may get all its machines; the default
+/// inventory's when its VDC has none); and, one line each, the rollouts whose template has no
+/// plan to count (missing, denied, not evaluated).
 pub fn capacity(
-    pools: &BTreeMap<String, Pool>,
+    pools: &Pools,
     rollouts: &[Rollout],
     findings: &[Finding],
     provisioner: &Provisioner,
@@ -344,7 +355,7 @@ pub fn capacity(
         .filter(|f| f.object.kind == "VCDMachineTemplate")
         .map(|f| ((f.object.namespace.as_str(), f.object.name.as_str()), f))
         .collect();
-    let mut by_network: BTreeMap<&str, Vec<Need>> = BTreeMap::new();
+    let mut by_network: BTreeMap<(Option<&str>, &str), Vec<Need>> = BTreeMap::new();
     let mut uncounted = Vec::new();
     for rollout in rollouts {
         let machines = rollout.adds();
@@ -397,12 +408,37 @@ pub fn capacity(
                 .map(|nic| provisioner.build(nic))
                 .collect()
         };
-        let mut per_network: BTreeMap<&str, u64> = BTreeMap::new();
+        // The pool sets the machines may take from: their VDC's (each zone's), else the
+        // default's.
+        let request = template.and_then(|f| f.request.as_ref());
+        let cluster = request.filter(|r| !r.cluster_unknown).map(|r| &r.cluster);
+        let vdcs: Vec<&str> = request
+            .map(|r| Inventories::vdcs_of(cluster, &r.machine))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|vdc| pools.by_vdc.contains_key(*vdc))
+            .collect();
+        let sets: Vec<(Option<&str>, &BTreeMap<String, Pool>)> = if vdcs.is_empty() {
+            vec![(None, &pools.default)]
+        } else {
+            vdcs.iter()
+                .filter_map(|vdc| {
+                    pools
+                        .by_vdc
+                        .get_key_value(*vdc)
+                        .map(|(name, set)| (Some(name.as_str()), set))
+                })
+                .collect()
+        };
+        let mut per_network: BTreeMap<(Option<&str>, &str), u64> = BTreeMap::new();
         for nic in &built {
-            if nic.ip_allocation_mode == IpAllocationMode::Pool {
+            if nic.ip_allocation_mode != IpAllocationMode::Pool {
+                continue;
+            }
+            for (vdc, set) in &sets {
                 // Keyed by the pool's own name, which outlives this plan.
-                if let Some((network, _)) = pools.get_key_value(nic.network.as_str()) {
-                    *per_network.entry(network.as_str()).or_default() += 1;
+                if let Some((network, _)) = set.get_key_value(nic.network.as_str()) {
+                    *per_network.entry((*vdc, network.as_str())).or_default() += 1;
                 }
             }
         }
@@ -418,16 +454,26 @@ pub fn capacity(
             });
         }
     }
-    let report = pools
+    let every = pools
+        .default
         .iter()
-        .map(|(network, pool)| {
-            let mut needs = by_network.remove(network.as_str()).unwrap_or_default();
+        .map(|(network, pool)| (None, network, pool))
+        .chain(pools.by_vdc.iter().flat_map(|(vdc, set)| {
+            set.iter()
+                .map(move |(network, pool)| (Some(vdc.as_str()), network, pool))
+        }));
+    let report = every
+        .map(|(vdc, network, pool)| {
+            let mut needs = by_network
+                .remove(&(vdc, network.as_str()))
+                .unwrap_or_default();
             needs.sort_by(|a, b| {
                 b.addresses
                     .cmp(&a.addresses)
                     .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
             });
             NetworkCapacity {
+                vdc: vdc.map(str::to_string),
                 network: network.clone(),
                 pool: *pool,
                 free: pool.free(),
@@ -580,22 +626,25 @@ spec: {}
             counted: "4 replicas + maxSurge 1".into(),
             existing: 0,
         };
-        let pools = BTreeMap::from([
-            (
-                "mgmt-net".to_string(),
-                Pool {
-                    total: 100,
-                    used: 97,
-                },
-            ),
-            (
-                "storage-net".to_string(),
-                Pool {
-                    total: 50,
-                    used: 10,
-                },
-            ),
-        ]);
+        let pools = Pools {
+            default: BTreeMap::from([
+                (
+                    "mgmt-net".to_string(),
+                    Pool {
+                        total: 100,
+                        used: 97,
+                    },
+                ),
+                (
+                    "storage-net".to_string(),
+                    Pool {
+                        total: 50,
+                        used: 10,
+                    },
+                ),
+            ]),
+            by_vdc: BTreeMap::new(),
+        };
         // Stock CAPVCD builds both NICs POOL, whatever the plan says.
         let (report, uncounted) = capacity(
             &pools,
@@ -653,5 +702,86 @@ spec: {}
               prod-eu1-md-0 is not among the inputs"
             ]
         );
+    }
+
+    #[test]
+    fn a_template_counts_against_its_vdcs_pools() {
+        let mut finding = template(
+            "prod-eu1-md-0",
+            vec![Nic::capvcd(0, "mgmt-net"), Nic::capvcd(1, "storage-net")],
+            &["storage-net"],
+        );
+        let mut request = nicpolicy_plugin::testing::worker(&["storage-net"]);
+        request.cluster.ovdc = "eu1-ovdc-prod".into();
+        finding.request = Some(request);
+        let rollout = Rollout {
+            kind: "MachineDeployment".into(),
+            namespace: "prod-eu1".into(),
+            name: "prod-eu1-md-0".into(),
+            template: "prod-eu1-md-0".into(),
+            peak: 4,
+            counted: "3 replicas + maxSurge 1".into(),
+            existing: 0,
+        };
+        let set = |free: u64| {
+            BTreeMap::from([
+                (
+                    "mgmt-net".to_string(),
+                    Pool {
+                        total: 100,
+                        used: 100 - free,
+                    },
+                ),
+                (
+                    "storage-net".to_string(),
+                    Pool {
+                        total: 100,
+                        used: 100 - free,
+                    },
+                ),
+            ])
+        };
+        let pools = Pools {
+            default: set(1),
+            by_vdc: BTreeMap::from([
+                ("eu1-ovdc-prod".to_string(), set(50)),
+                ("eu1-ovdc-stage".to_string(), set(2)),
+            ]),
+        };
+        let (report, uncounted) = capacity(
+            &pools,
+            std::slice::from_ref(&rollout),
+            std::slice::from_ref(&finding),
+            &Provisioner::capvcd(),
+        );
+        assert!(uncounted.is_empty(), "{uncounted:?}");
+        let needs: Vec<(Option<&str>, &str, u64)> = report
+            .iter()
+            .map(|n| (n.vdc.as_deref(), n.network.as_str(), n.largest))
+            .collect();
+        // Only eu1-ovdc-prod's pools are taken from: not the default's, not another VDC's.
+        assert_eq!(
+            needs,
+            [
+                (None, "mgmt-net", 0),
+                (None, "storage-net", 0),
+                (Some("eu1-ovdc-prod"), "mgmt-net", 4),
+                (Some("eu1-ovdc-prod"), "storage-net", 4),
+                (Some("eu1-ovdc-stage"), "mgmt-net", 0),
+                (Some("eu1-ovdc-stage"), "storage-net", 0),
+            ]
+        );
+        assert!(report.iter().all(|n| !n.short()));
+        assert_eq!(
+            report[3].sentence(&report[3].needs[0]),
+            "storage-net (eu1-ovdc-prod): 50 addresses free, a rollout of prod-eu1/prod-eu1-md-0 \
+             needs 4 (4 machines × 1 POOL NIC; 3 replicas + maxSurge 1, 0 existing)"
+        );
+        // A VDC without pools of its own: the default's.
+        if let Some(request) = finding.request.as_mut() {
+            request.cluster.ovdc = "eu1-ovdc-dev".into();
+        }
+        let (report, _) = capacity(&pools, &[rollout], &[finding], &Provisioner::capvcd());
+        assert!(report[0].short() && report[0].vdc.is_none());
     }
 }

@@ -7,13 +7,14 @@ use std::fmt;
 use std::path::PathBuf;
 
 use nicpolicy_plugin::objects::policy_request;
-use nicpolicy_plugin::{Inventory, Request, Role};
+use nicpolicy_plugin::{Request, Role};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::clusters::{
     as_capvcd_reads, cluster_name_of, namespace_of, ClusterGroup, Owner, StaticClusters,
 };
+use crate::inventories::Inventories;
 use nicpolicy_engine::cases::{self, CaseError};
 use nicpolicy_inputs::manifest::{
     ManifestError, ManifestFile, Object, CAPVCD_GROUP, SUPPORTED_VERSIONS,
@@ -169,23 +170,19 @@ impl Inputs {
     }
 
     /// Every machine and machine template, in file order, each with its request (a CREATE of
-    /// the object as it is, with `inventory`) or the reason it cannot be evaluated.
-    pub fn subjects(&self, inventory: Option<&Inventory>) -> Vec<Subject> {
+    /// the object as it is, with the inventory of its org VDC from `inventories`) or the reason
+    /// it cannot be evaluated.
+    pub fn subjects(&self, inventories: &Inventories) -> Vec<Subject> {
         let mut subjects = Vec::with_capacity(self.machine_count());
         for file in &self.files {
             for object in file.machines() {
-                subjects.push(self.subject(file, object, inventory));
+                subjects.push(self.subject(file, object, inventories));
             }
         }
         subjects
     }
 
-    fn subject(
-        &self,
-        file: &ManifestFile,
-        object: &Object,
-        inventory: Option<&Inventory>,
-    ) -> Subject {
+    fn subject(&self, file: &ManifestFile, object: &Object, inventories: &Inventories) -> Subject {
         let namespace = namespace_of(&object.value);
         let source = if object.position.is_empty() {
             file.path.display().to_string()
@@ -275,17 +272,12 @@ impl Inputs {
                 (named_group, Err(name), Some(why))
             }
         };
+        let inventory = inventories.for_machine(cluster.as_ref().ok(), &machine);
         Subject {
             object: id,
             group,
             // A CREATE: nothing stored to excuse.
-            input: Ok(policy_request(
-                kind,
-                machine,
-                None,
-                cluster,
-                inventory.cloned(),
-            )),
+            input: Ok(policy_request(kind, machine, None, cluster, inventory)),
             cluster_unknown,
         }
     }
@@ -337,7 +329,7 @@ spec: {ovdc: eu1-ovdc, ovdcNetwork: mgmt-net}
         let text = format!(
             "{CLUSTER}---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata:\n  name: prod-eu1-md-0-a\n  namespace: prod-eu1\n  labels: {{cluster.x-k8s.io/cluster-name: prod-eu1}}\nspec:\n  # filled in by the MachineDeployment\n"
         );
-        let subjects = inputs(&text).subjects(None);
+        let subjects = inputs(&text).subjects(&Default::default());
         let request = subjects[0].input.as_ref().expect("evaluable");
         assert!(request.machine.extra_ovdc_networks.is_empty());
         assert_eq!(request.cluster.ovdc_network, "mgmt-net");
@@ -348,7 +340,7 @@ spec: {ovdc: eu1-ovdc, ovdcNetwork: mgmt-net}
         let text = format!(
             "{CLUSTER}---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: VCDMachine\nmetadata: {{name: old, namespace: prod-eu1}}\nspec: {{}}\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata: {{name: new, namespace: prod-eu1}}\nspec: {{extraOvdcNetworks: [storage-net]}}\n"
         );
-        let subjects = inputs(&text).subjects(None);
+        let subjects = inputs(&text).subjects(&Default::default());
         assert!(
             matches!(&subjects[0].input, Err(Problem::Unsupported(m)) if m.contains("v1beta1")),
             "{:?}",
@@ -395,7 +387,7 @@ kind: VCDMachineTemplate
 metadata: {name: capvcd-worker, namespace: fleet}
 spec: {template: {spec: {extraOvdcNetworks: [storage-net]}}}
 "#;
-        let subjects = inputs(text).subjects(None);
+        let subjects = inputs(text).subjects(&Default::default());
         let cp = subjects[0].input.as_ref().expect("evaluable");
         assert_eq!(cp.machine.role, Role::ControlPlane);
         assert_eq!(cp.cluster.ovdc_network, "mgmt-net");
@@ -414,7 +406,7 @@ spec: {template: {spec: {extraOvdcNetworks: [storage-net]}}}
         let text = format!(
             "{CLUSTER}---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta3\nkind: VCDMachine\nmetadata:\n  name: prod-us1-md-0-a\n  namespace: prod-us1\n  labels: {{cluster.x-k8s.io/cluster-name: prod-us1}}\nspec: {{extraOvdcNetworks: [storage-net]}}\n"
         );
-        let subjects = inputs(&text).subjects(None);
+        let subjects = inputs(&text).subjects(&Default::default());
         // Checked as the webhook checks a machine whose cluster it cannot find: without it.
         let request = subjects[0].input.as_ref().expect("evaluable");
         assert!(request.cluster_unknown);

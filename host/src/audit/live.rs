@@ -288,7 +288,7 @@ mod tests {
                     position: String::new(),
                 });
             }
-            let subjects = Inputs::from_files(vec![file]).subjects(None);
+            let subjects = Inputs::from_files(vec![file]).subjects(&Default::default());
             let mut request = subjects[0].input.clone().expect("evaluable");
             request.machine.annotations.remove(LAST_APPLIED);
             request

@@ -3,6 +3,7 @@
 //! `--candidate`, what a candidate chain would change. Also `nicpolicy eval` of a file with
 //! several machines.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -11,7 +12,8 @@ use anyhow::Context;
 use nicpolicy::audit::capacity::Capacity;
 use nicpolicy::audit::summary::by_cluster;
 use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
-use nicpolicy::manifest::{self, ManifestFile};
+use nicpolicy::inventories::Inventories;
+use nicpolicy::manifest::ManifestFile;
 use nicpolicy::PolicyChain;
 
 use nicpolicy::junit::{CaseResult, Suite, Suites, TestCase};
@@ -43,9 +45,15 @@ pub struct AuditArgs {
     /// [default: the newest the API server serves of v1beta2, v1beta1].
     #[arg(long, value_name = "VERSION")]
     cluster_api_version: Option<String>,
-    /// The org VDC's networks (see docs/schema.md); with it, unknown networks are denied.
+    /// The org VDC's networks (see docs/schema.md); with it, unknown networks are denied. With
+    /// --vdc-inventory, the inventory of every org VDC without one of its own.
     #[arg(long, value_name = "FILE")]
     inventory: Option<PathBuf>,
+    /// An org VDC's own inventory, OVDC=FILE (repeatable): machines of a cluster in that VDC
+    /// (VCDCluster spec.ovdc, or their zone's ovdc) are judged against it (docs/schema.md,
+    /// "Inventories per org VDC").
+    #[arg(long = "vdc-inventory", value_name = "OVDC=FILE", value_parser = parse_vdc_inventory)]
+    vdc_inventories: Vec<(String, PathBuf)>,
     /// A policy's settings, after its --policy (as with `nicpolicy eval`).
     #[arg(long = "settings", value_name = "FILE")]
     settings: Vec<PathBuf>,
@@ -101,12 +109,13 @@ pub fn run(
     candidate_positions: &Positions,
 ) -> Result<u8, Failure> {
     let started = Instant::now();
-    let inventory = args
-        .inventory
-        .as_deref()
-        .map(manifest::read_inventory)
-        .transpose()
-        .map_err(usage)?;
+    let by_vdc: BTreeMap<String, PathBuf> = args.vdc_inventories.iter().cloned().collect();
+    if by_vdc.len() < args.vdc_inventories.len() {
+        return Err(usage(anyhow::anyhow!(
+            "--vdc-inventory names an org VDC twice"
+        )));
+    }
+    let inventories = Inventories::read(args.inventory.as_deref(), &by_vdc).map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
     let chain = args
         .provisioner
@@ -129,7 +138,7 @@ pub fn run(
     for note in &notes {
         eprintln!("note: {note}");
     }
-    let mut subjects = inputs.subjects(inventory.as_ref());
+    let mut subjects = inputs.subjects(&inventories);
     if !args.namespaces.is_empty() {
         subjects.retain(|s| args.namespaces.contains(&s.object.namespace));
     }
@@ -142,12 +151,14 @@ pub fn run(
             .map(|c| c as &dyn nicpolicy::audit::Chains),
     );
     let drifted = compare_vms(&chain, &mut findings, &args.vm_nics)?;
-    let capacity = match &args.inventory {
-        Some(path) => {
-            Capacity::of(path, &inputs.files, &findings, chain.builder()).map_err(usage)?
-        }
-        None => None,
-    };
+    let capacity = Capacity::of(
+        args.inventory.as_deref(),
+        &by_vdc,
+        &inputs.files,
+        &findings,
+        chain.builder(),
+    )
+    .map_err(usage)?;
     let summary = Summary::of(&findings);
     if args.verbose {
         eprintln!(
@@ -198,6 +209,18 @@ pub fn run(
     } else {
         code
     })
+}
+
+/// `OVDC=FILE` of `--vdc-inventory`.
+fn parse_vdc_inventory(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((vdc, file)) if !vdc.trim().is_empty() && !file.is_empty() => {
+            Ok((vdc.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!(
+            "{text:?} is not OVDC=FILE (the org VDC as a VCDCluster names it, then its inventory)"
+        )),
+    }
 }
 
 /// `[NAMESPACE/]NAME=FILE` of `--vm-nics`.
@@ -467,7 +490,10 @@ fn render_capacity(out: &mut String, capacity: &Capacity) {
     let mut notes: Vec<Vec<String>> = vec![Vec::new()];
     for network in &capacity.networks {
         rows.push([
-            network.network.clone(),
+            match &network.vdc {
+                Some(vdc) => format!("{} ({vdc})", network.network),
+                None => network.network.clone(),
+            },
             network.pool.total.to_string(),
             network.pool.used.to_string(),
             network.free.to_string(),

@@ -134,7 +134,7 @@ fn evaluate_each(
         }
     }
     let subjects: Vec<_> = inputs
-        .subjects(inventory.as_ref())
+        .subjects(&nicpolicy::inventories::Inventories::single(inventory))
         .into_iter()
         .filter(|s| {
             s.object

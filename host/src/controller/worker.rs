@@ -269,7 +269,7 @@ impl Worker {
         // Evaluation is CPU work: off the async threads.
         let evaluated = tokio::task::spawn_blocking(move || {
             let inputs = Inputs::from_files(live::files_by_namespace(values));
-            let subjects = inputs.subjects(served.inventory.as_ref());
+            let subjects = inputs.subjects(&served.inventories);
             let candidate_chains = candidate.as_deref().map(ServedChains);
             audit::evaluate_all(
                 subjects,

@@ -15,14 +15,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use nicpolicy_plugin::{Inventory, ObjectKind};
+use nicpolicy_plugin::ObjectKind;
 use sha2::{Digest, Sha256};
 
 use crate::{Host, PolicyChain};
 pub use config::{ConfigError, FailureMode, ServeConfig, UnavailableAtStart, UnknownClusterMode};
 use nicpolicy_engine::error::LoadError;
 use nicpolicy_engine::spec::PolicySpec;
-use nicpolicy_inputs::manifest::{self, ManifestError};
+use nicpolicy_inputs::manifest::ManifestError;
+
+use crate::inventories::Inventories;
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +57,8 @@ pub struct Served {
     pub config: ServeConfig,
     /// The policy chain of each served kind.
     pub chains: BTreeMap<ObjectKind, PolicyChain>,
-    /// The org VDC's networks, when configured.
-    pub inventory: Option<Inventory>,
+    /// The org VDCs' networks, when configured: each VDC's and the default.
+    pub inventories: Inventories,
     /// Kinds whose chain could not be loaded because an `oci:` module could not be had at
     /// start (`registry.onUnavailableAtStart: Deny`), with why: their requests are denied
     /// saying so, and the reload watcher tries again at every interval.
@@ -227,16 +229,12 @@ impl Served {
             }
             chains.insert(*kind, chain);
         }
-        let inventory = config
-            .inventory
-            .as_deref()
-            .map(manifest::read_inventory)
-            .transpose()?;
+        let inventories = Inventories::read(config.inventory.as_deref(), &config.inventories)?;
         Ok(Served {
             generation,
             config,
             chains,
-            inventory,
+            inventories,
             unavailable,
             fingerprint,
         })

@@ -111,12 +111,16 @@ impl Reviewer {
             ));
         }
         let topology_dry_run = is_topology_dry_run(request.dry_run, &machine.annotations);
+        // The inventory of the machine's org VDC (its cluster's, or its zone's).
+        let inventory = served
+            .inventories
+            .for_machine(cluster.as_ref().ok(), machine);
         let policy = policy_request(
             objects.kind,
             objects.machine,
             objects.stored,
             cluster,
-            served.inventory.clone(),
+            inventory,
         );
         let keeps_plan = stays_provisioned(&policy);
         stages::mark(Stage::RequestBuild);

@@ -83,11 +83,12 @@ pub fn generate(
             for z in 1..=3 {
                 let _ = writeln!(
                     cluster,
-                    "      - {{name: az{z}, ovdc: {ns}-az{z}, ovdcNetworkName: mgmt-net, controlPlaneZone: true}}"
+                    "      - {{name: az{z}, ovdc: {}, ovdcNetworkName: mgmt-net, controlPlaneZone: true}}",
+                    vdc(c + z)
                 );
             }
         } else {
-            let _ = writeln!(cluster, "  ovdc: {ns}-ovdc\n  ovdcNetwork: mgmt-net");
+            let _ = writeln!(cluster, "  ovdc: {}\n  ovdcNetwork: mgmt-net", vdc(c));
         }
         for t in 0..3 {
             let (list, kind) = extras(c * per_cluster + t, "mgmt-net");
@@ -148,6 +149,15 @@ pub fn generate(
         });
     }
     (namespaces, mix)
+}
+
+/// The org VDCs the fleet's clusters are spread over.
+pub const VDCS: usize = 20;
+
+/// The name of org VDC `i` of [`VDCS`] (`eu1-vdc-07`): a single-zone cluster `c` is in
+/// `vdc(c)`, the zones of a multi-zone one in the next VDCs.
+pub fn vdc(i: usize) -> String {
+    format!("eu1-vdc-{:02}", i % VDCS)
 }
 
 /// Writes each namespace into `dir/NAMESPACE/{cluster,machines}.yaml` (emptied first).

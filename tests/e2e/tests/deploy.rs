@@ -644,8 +644,9 @@ fn backstops(values: &str, dir: &Path) -> (Value, Value) {
         .iter()
         .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "nicpolicy-config")
         .expect("the configuration");
-    for file in ["nicpolicy.yaml", "inventory.yaml"] {
-        let text = config["data"][file].as_str().expect("a file");
+    // The configuration and every inventory (the default, each org VDC's).
+    for (file, text) in config["data"].as_object().expect("the files") {
+        let text = text.as_str().expect("a file");
         std::fs::write(dir.join(file), text).expect("write the configuration");
     }
     // The settings file a value set may name (mounted into the pods, never read by the chart).
@@ -703,6 +704,13 @@ fn the_charts_backstop_is_what_nicpolicy_export_backstop_writes() {
     for (what, values, kinds) in [
         ("the chart's defaults", String::new(), 2),
         ("the defaults with an inventory", inventory.to_string(), 2),
+        (
+            "inventories per org VDC",
+            format!(
+                "{inventory}inventories:\n  eu1-ovdc-prod:\n    networks:\n      - {{name: mgmt-net}}\n      - {{name: replication-net}}\n  eu1 ovdc stage:\n    networks:\n      - {{name: stage-net}}\n"
+            ),
+            2,
+        ),
         (
             "capvcd with its own settings",
             format!(

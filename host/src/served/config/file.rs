@@ -24,6 +24,7 @@ pub struct ConfigFile {
     pub on_policy_failure: Option<FailureMode>,
     pub on_unknown_cluster: Option<UnknownClusterMode>,
     pub inventory: Option<PathBuf>,
+    pub inventories: Option<BTreeMap<String, PathBuf>>,
     pub clusters: Option<Clusters>,
     pub evaluation: Option<Evaluation>,
     pub max_request_bytes: Option<Size>,

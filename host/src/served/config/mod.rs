@@ -6,10 +6,12 @@
 //! listen: 0.0.0.0:9443
 //! tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
 //! inventory: inventory.yaml            # relative paths are relative to this file
+//! inventories:                         # per org VDC (spec.ovdc, or a zone's); the one above for the rest
+//!   eu1-ovdc-prod: inventories/eu1-ovdc-prod.yaml
 //! onPolicyFailure: Deny                # or Allow (with a warning)
 //! onUnknownCluster: CheckWithoutCluster # or Deny, or Allow (with a warning)
 //! connections: {max: 128, maxPerClient: 32, readTimeout: 2s, idleTimeout: 120s, maxBufferedBytes: 64Mi}
-//! provisioner: {name: CAPVCD, applies: [], onUnapplied: Warn}  # stock CAPVCD; or Deny
+//! provisioner: {profile: capvcd-1.3, onUnapplied: Warn}  # or capvcd-main, deckhouse, custom; Deny
 //! policies:
 //!   VCDMachine:
 //!     - path: policies/capvcd.wasm
@@ -239,8 +241,10 @@ pub struct ServeConfig {
     pub on_policy_failure: FailureMode,
     /// What to do when the machine's cluster cannot be found.
     pub on_unknown_cluster: UnknownClusterMode,
-    /// The org VDC network inventory file.
+    /// The org VDC network inventory file of every VDC without one of its own.
     pub inventory: Option<PathBuf>,
+    /// The inventory file of each org VDC, by its name ([`crate::inventories`]).
+    pub inventories: BTreeMap<String, PathBuf>,
     /// Where VCDClusters come from.
     pub clusters: ClusterSourceConfig,
     /// Evaluations running at once.
@@ -356,6 +360,7 @@ impl ServeConfig {
             on_policy_failure: DEFAULTS.failure_mode,
             on_unknown_cluster: DEFAULTS.unknown_cluster,
             inventory: None,
+            inventories: BTreeMap::new(),
             clusters: ClusterSourceConfig::Kubernetes {
                 cluster_api_version: None,
             },
@@ -440,6 +445,7 @@ impl ServeConfig {
             on_policy_failure: raw.on_policy_failure.unwrap_or(DEFAULTS.failure_mode),
             on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
             inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
+            inventories: reader.inventories(raw.inventories.as_ref())?,
             clusters: reader.clusters(raw.clusters.as_ref())?,
             workers: evaluation.workers,
             queue_timeout: evaluation.queue_timeout,
@@ -494,6 +500,7 @@ impl ServeConfig {
             }
         }
         files.extend(self.inventory.iter().cloned());
+        files.extend(self.inventories.values().cloned());
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
             files.extend(f.iter().cloned());
         }
@@ -884,6 +891,24 @@ impl Reader<'_> {
             queue_timeout,
             inline_budget,
         })
+    }
+
+    /// `inventories`: each org VDC's inventory file, resolved.
+    fn inventories(
+        &self,
+        raw: Option<&BTreeMap<String, PathBuf>>,
+    ) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
+        let mut found = BTreeMap::new();
+        for (vdc, path) in raw.into_iter().flatten() {
+            if vdc.trim().is_empty() {
+                return Err(self.error("inventories", "an org VDC name must not be empty"));
+            }
+            if path.as_os_str().is_empty() {
+                return Err(self.error(&format!("inventories.{vdc}"), "names no file"));
+            }
+            found.insert(vdc.clone(), self.resolve(path));
+        }
+        Ok(found)
     }
 
     /// `provisioner`: a profile's build (stock CAPVCD v1.3.2 by default), or a custom one with
@@ -1360,6 +1385,49 @@ reload: {interval: 1s}
         );
         let defaults = parse("policies: {VCDMachine: [{builtin: capvcd}]}").expect("valid");
         assert_eq!(defaults.compile, CompileConfig::default());
+    }
+
+    #[test]
+    fn each_org_vdcs_inventory_is_read_relative_and_watched() {
+        let config = parse(
+            "policies: {VCDMachine: [{builtin: capvcd}]}\ninventory: inventory.yaml\n\
+             inventories:\n  eu1-ovdc-prod: inventories/eu1-ovdc-prod.yaml\n  \
+             eu1 ovdc stage: /srv/stage.yaml\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            config.inventories,
+            BTreeMap::from([
+                (
+                    "eu1 ovdc stage".to_string(),
+                    PathBuf::from("/srv/stage.yaml")
+                ),
+                (
+                    "eu1-ovdc-prod".to_string(),
+                    PathBuf::from("/etc/nicpolicy/inventories/eu1-ovdc-prod.yaml")
+                ),
+            ])
+        );
+        let watched = config.watched_files();
+        assert!(watched.contains(&PathBuf::from("/srv/stage.yaml")));
+        assert!(watched.contains(&PathBuf::from(
+            "/etc/nicpolicy/inventories/eu1-ovdc-prod.yaml"
+        )));
+        for (text, field) in [
+            ("inventories: {' ': a.yaml}", "inventories"),
+            (
+                "inventories: {eu1-ovdc-prod: ''}",
+                "inventories.eu1-ovdc-prod",
+            ),
+            ("inventories: [a.yaml]", "inventories"),
+        ] {
+            let err = parse(&format!(
+                "policies: {{VCDMachine: [{{builtin: capvcd}}]}}\n{text}"
+            ))
+            .expect_err(text)
+            .to_string();
+            assert!(err.contains(field), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -1,0 +1,268 @@
+//! The inventories of the org VDCs a deployment serves: one per org VDC, named by the VDC as a
+//! VCDCluster names it (`spec.ovdc`, or a zone's `ovdc`), and a default for every VDC without
+//! one of its own. A machine is judged against the inventory of its cluster's org VDC; the
+//! request still carries one inventory, the machine's, so ABI v1 does not change.
+//!
+//! | the machine's cluster | its inventory |
+//! |---|---|
+//! | single-zone, `spec.ovdc` with an inventory | that VDC's |
+//! | multi-zone, `spec.failureDomain` naming a zone whose `ovdc` has one | that zone's VDC's |
+//! | multi-zone, no failure domain (CAPVCD picks a zone) | the networks of every zone's VDC, merged (the first zone's entry of a name kept) |
+//! | not known, or a VDC without an inventory | the default, if any |
+//!
+//! VDCs are matched by name: the request's cluster carries `spec.ovdc`, not `spec.site` or
+//! `spec.org`, so one deployment serving two sites needs VDC names that differ between them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use nicpolicy_inputs::manifest::{self, ManifestError};
+use nicpolicy_plugin::{Cluster, Inventory, Machine};
+
+/// The inventories of a deployment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inventories {
+    /// The inventory of every org VDC without one of its own.
+    pub default: Option<Inventory>,
+    /// The inventory of each org VDC, by its name.
+    pub by_vdc: BTreeMap<String, Inventory>,
+}
+
+/// Which inventory a machine was given, for messages and reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Chosen<'a> {
+    /// Its org VDC's.
+    Vdc(&'a str),
+    /// The networks of several VDCs, merged (a multi-zone machine without a failure domain).
+    Zones(Vec<&'a str>),
+    /// The default.
+    Default,
+    /// None: no default and no inventory of its VDC.
+    None,
+}
+
+impl Inventories {
+    /// One inventory for every VDC (or none).
+    pub fn single(default: Option<Inventory>) -> Inventories {
+        Inventories {
+            default,
+            by_vdc: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the default inventory file and each VDC's.
+    ///
+    /// # Errors
+    /// The first file that cannot be read or is not an inventory (named with its path).
+    pub fn read(
+        default: Option<&Path>,
+        by_vdc: &BTreeMap<String, PathBuf>,
+    ) -> Result<Inventories, ManifestError> {
+        Ok(Inventories {
+            default: default.map(manifest::read_inventory).transpose()?,
+            by_vdc: by_vdc
+                .iter()
+                .map(|(vdc, path)| Ok((vdc.clone(), manifest::read_inventory(path)?)))
+                .collect::<Result<_, ManifestError>>()?,
+        })
+    }
+
+    /// Whether there is no inventory at all.
+    pub fn is_empty(&self) -> bool {
+        self.default.is_none() && self.by_vdc.is_empty()
+    }
+
+    /// The org VDCs `machine` of `cluster` may be built in (its cluster's, or its zone's; every
+    /// zone's without a failure domain); empty when its cluster is not known.
+    pub fn vdcs_of<'a>(cluster: Option<&'a Cluster>, machine: &Machine) -> Vec<&'a str> {
+        let Some(cluster) = cluster else {
+            return Vec::new();
+        };
+        if !cluster.is_multi_zone() {
+            return [cluster.ovdc.as_str()]
+                .into_iter()
+                .filter(|v| !v.is_empty())
+                .collect();
+        }
+        match machine.failure_domain.as_deref() {
+            Some(domain) => cluster
+                .zones
+                .iter()
+                .filter(|z| z.name == domain && !z.ovdc.is_empty())
+                .map(|z| z.ovdc.as_str())
+                .take(1)
+                .collect(),
+            None => {
+                let mut vdcs: Vec<&str> = Vec::new();
+                for zone in &cluster.zones {
+                    if !zone.ovdc.is_empty() && !vdcs.contains(&zone.ovdc.as_str()) {
+                        vdcs.push(zone.ovdc.as_str());
+                    }
+                }
+                vdcs
+            }
+        }
+    }
+
+    /// Which inventory `machine` of `cluster` is judged against (see the module documentation).
+    pub fn choose<'a>(&self, cluster: Option<&'a Cluster>, machine: &Machine) -> Chosen<'a> {
+        let known: Vec<&str> = Inventories::vdcs_of(cluster, machine)
+            .into_iter()
+            .filter(|vdc| self.by_vdc.contains_key(*vdc))
+            .collect();
+        match known.as_slice() {
+            [] if self.default.is_some() => Chosen::Default,
+            [] => Chosen::None,
+            [one] => Chosen::Vdc(one),
+            _ => Chosen::Zones(known),
+        }
+    }
+
+    /// The inventory `machine` of `cluster` is judged against, as the request carries it.
+    pub fn for_machine(&self, cluster: Option<&Cluster>, machine: &Machine) -> Option<Inventory> {
+        match self.choose(cluster, machine) {
+            Chosen::Vdc(vdc) => self.by_vdc.get(vdc).cloned(),
+            Chosen::Zones(vdcs) => {
+                let mut merged = Inventory::default();
+                for vdc in vdcs {
+                    for network in self.by_vdc.get(vdc).into_iter().flat_map(|i| &i.networks) {
+                        if merged.networks.iter().all(|n| n.name != network.name) {
+                            merged.networks.push(network.clone());
+                        }
+                    }
+                }
+                Some(merged)
+            }
+            Chosen::Default => self.default.clone(),
+            Chosen::None => None,
+        }
+    }
+
+    /// Every inventory: the default first, then each VDC's by name.
+    pub fn all(&self) -> impl Iterator<Item = &Inventory> {
+        self.default.iter().chain(self.by_vdc.values())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicpolicy_plugin::{Network, Zone};
+
+    fn inventory(names: &[&str]) -> Inventory {
+        Inventory {
+            networks: names.iter().map(|n| Network::named(*n)).collect(),
+        }
+    }
+
+    fn names(inventory: Option<Inventory>) -> Vec<String> {
+        inventory
+            .map(|i| i.networks.into_iter().map(|n| n.name).collect())
+            .unwrap_or_default()
+    }
+
+    fn inventories() -> Inventories {
+        Inventories {
+            default: Some(inventory(&["mgmt-net"])),
+            by_vdc: BTreeMap::from([
+                (
+                    "eu1-ovdc-prod".to_string(),
+                    inventory(&["mgmt-net", "storage-net"]),
+                ),
+                (
+                    "eu1-ovdc-az-b".to_string(),
+                    inventory(&["mgmt-net-b", "storage-net-b"]),
+                ),
+                (
+                    "eu1-ovdc-az-c".to_string(),
+                    inventory(&["mgmt-net-c", "storage-net-b"]),
+                ),
+            ]),
+        }
+    }
+
+    fn single(ovdc: &str) -> Cluster {
+        Cluster {
+            ovdc: ovdc.into(),
+            ovdc_network: "mgmt-net".into(),
+            ..Cluster::unknown("prod-eu1", "prod-eu1")
+        }
+    }
+
+    fn zoned() -> Cluster {
+        let zone = |name: &str, ovdc: &str| Zone {
+            name: name.into(),
+            ovdc: ovdc.into(),
+            ovdc_network_name: format!("mgmt-{name}"),
+            control_plane_zone: true,
+        };
+        Cluster {
+            zone_topology: Some("DCGroup".into()),
+            zones: vec![
+                zone("zone-a", "eu1-ovdc-az-a"),
+                zone("zone-b", "eu1-ovdc-az-b"),
+                zone("zone-c", "eu1-ovdc-az-c"),
+            ],
+            ..Cluster::unknown("prod-eu1", "prod-eu1")
+        }
+    }
+
+    fn machine(failure_domain: Option<&str>) -> Machine {
+        let mut machine = nicpolicy_plugin::testing::worker(&[]).machine;
+        machine.failure_domain = failure_domain.map(str::to_string);
+        machine
+    }
+
+    #[test]
+    fn a_machine_gets_its_vdcs_inventory_or_the_default() {
+        let all = inventories();
+        let worker = machine(None);
+        let prod = single("eu1-ovdc-prod");
+        assert_eq!(
+            all.choose(Some(&prod), &worker),
+            Chosen::Vdc("eu1-ovdc-prod")
+        );
+        assert_eq!(
+            names(all.for_machine(Some(&prod), &worker)),
+            ["mgmt-net", "storage-net"]
+        );
+        // A VDC without an inventory, and a cluster not known: the default.
+        let stage = single("eu1-ovdc-stage");
+        assert_eq!(all.choose(Some(&stage), &worker), Chosen::Default);
+        assert_eq!(all.choose(None, &worker), Chosen::Default);
+        assert_eq!(names(all.for_machine(None, &worker)), ["mgmt-net"]);
+        // Without a default: none.
+        let no_default = Inventories {
+            default: None,
+            ..inventories()
+        };
+        assert_eq!(no_default.choose(Some(&stage), &worker), Chosen::None);
+        assert_eq!(no_default.for_machine(Some(&stage), &worker), None);
+    }
+
+    #[test]
+    fn a_zone_machine_gets_its_zones_vdc_and_one_without_a_zone_every_zones() {
+        let all = inventories();
+        let cluster = zoned();
+        let in_b = machine(Some("zone-b"));
+        assert_eq!(
+            all.choose(Some(&cluster), &in_b),
+            Chosen::Vdc("eu1-ovdc-az-b")
+        );
+        // zone-a's VDC has no inventory: the default.
+        assert_eq!(
+            all.choose(Some(&cluster), &machine(Some("zone-a"))),
+            Chosen::Default
+        );
+        // No failure domain: CAPVCD may put it in any zone, so the zones' networks merged.
+        let anywhere = machine(None);
+        assert_eq!(
+            all.choose(Some(&cluster), &anywhere),
+            Chosen::Zones(vec!["eu1-ovdc-az-b", "eu1-ovdc-az-c"])
+        );
+        assert_eq!(
+            names(all.for_machine(Some(&cluster), &anywhere)),
+            ["mgmt-net-b", "storage-net-b", "mgmt-net-c"]
+        );
+    }
+}
