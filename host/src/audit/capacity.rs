@@ -123,12 +123,18 @@ pub fn rollouts(files: &[ManifestFile]) -> (Vec<Rollout>, Vec<String>) {
 fn rollout(object: &Object) -> Result<Option<Rollout>, String> {
     let value = &object.value;
     let deployment = object.kind() == "MachineDeployment";
+    // Cluster API v1beta1's paths, then v1beta2's (a KubeadmControlPlane's reference moved
+    // under machineTemplate.spec, both kinds' strategies under rollout).
+    let first = |paths: &[&str]| paths.iter().find_map(|p| value.pointer(p));
     let reference = if deployment {
-        "/spec/template/spec/infrastructureRef"
+        first(&["/spec/template/spec/infrastructureRef"])
     } else {
-        "/spec/machineTemplate/infrastructureRef"
+        first(&[
+            "/spec/machineTemplate/infrastructureRef",
+            "/spec/machineTemplate/spec/infrastructureRef",
+        ])
     };
-    let Some(reference) = value.pointer(reference) else {
+    let Some(reference) = reference else {
         return Ok(None);
     };
     if reference.get("kind").and_then(Value::as_str) != Some("VCDMachineTemplate") {
@@ -159,16 +165,20 @@ fn rollout(object: &Object) -> Result<Option<Rollout>, String> {
                 })?),
                 None => None,
             };
-        let on_delete =
-            value.pointer("/spec/strategy/type").and_then(Value::as_str) == Some("OnDelete");
+        let on_delete = first(&["/spec/strategy/type", "/spec/rollout/strategy/type"])
+            .and_then(Value::as_str)
+            == Some("OnDelete");
         let base = max_size.map_or(replicas, |max| max.max(replicas));
         let surge = if on_delete {
             0
         } else {
             surge(
-                value.pointer("/spec/strategy/rollingUpdate/maxSurge"),
+                first(&[
+                    "/spec/strategy/rollingUpdate/maxSurge",
+                    "/spec/rollout/strategy/rollingUpdate/maxSurge",
+                ]),
                 base,
-                "spec.strategy.rollingUpdate.maxSurge",
+                "the rolling update's maxSurge",
             )?
         };
         let counted = match max_size {
@@ -180,9 +190,12 @@ fn rollout(object: &Object) -> Result<Option<Rollout>, String> {
         (base + surge, counted)
     } else {
         let surge = surge(
-            value.pointer("/spec/rolloutStrategy/rollingUpdate/maxSurge"),
+            first(&[
+                "/spec/rolloutStrategy/rollingUpdate/maxSurge",
+                "/spec/rollout/strategy/rollingUpdate/maxSurge",
+            ]),
             replicas,
-            "spec.rolloutStrategy.rollingUpdate.maxSurge",
+            "the rolling update's maxSurge",
         )?;
         (
             replicas + surge,
@@ -580,6 +593,16 @@ spec: {}
     }
 
     #[test]
+    fn cluster_api_v1beta2_shapes_are_read_too() {
+        let (found, problems) = rollouts(&[file(
+            "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: cp, namespace: ns}\nspec:\n  replicas: 3\n  rollout: {strategy: {rollingUpdate: {maxSurge: 0}}}\n  machineTemplate:\n    spec:\n      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: VCDMachineTemplate, name: cp}\n---\napiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: md, namespace: ns}\nspec:\n  replicas: 10\n  rollout: {strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 50%}}}\n  template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: VCDMachineTemplate, name: md}}}\n",
+        )]);
+        assert!(problems.is_empty(), "{problems:?}");
+        let peaks: Vec<(&str, u64)> = found.iter().map(|r| (r.name.as_str(), r.peak)).collect();
+        assert_eq!(peaks, [("cp", 3), ("md", 15)]);
+    }
+
+    #[test]
     fn a_bad_count_is_named_not_guessed() {
         let (found, problems) = rollouts(&[file(
             "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata: {name: md, namespace: ns}\nspec:\n  replicas: 2\n  strategy: {rollingUpdate: {maxSurge: lots}}\n  template: {spec: {infrastructureRef: {kind: VCDMachineTemplate, name: t}}}\n",
@@ -587,9 +610,8 @@ spec: {}
         assert!(found.is_empty());
         assert_eq!(problems.len(), 1);
         assert!(
-            problems[0].contains(
-                "spec.strategy.rollingUpdate.maxSurge \"lots\" is not a count or a percentage"
-            ),
+            problems[0]
+                .contains("the rolling update's maxSurge \"lots\" is not a count or a percentage"),
             "{problems:?}"
         );
     }

@@ -20,7 +20,7 @@ const PAGE: u32 = 500;
 /// The kinds an audit reads: CAPVCD's at the newest version the API server serves of
 /// [`versions::CAPVCD_READABLE`], Cluster API's at `cluster_api_version` when given, else at
 /// the newest served of [`versions::CLUSTER_API_READABLE`].
-pub fn wanted<'a>(cluster_api_version: Option<&'a [&'a str; 1]>) -> [Wanted<'a>; 7] {
+pub fn wanted<'a>(cluster_api_version: Option<&'a [&'a str; 1]>) -> [Wanted<'a>; 9] {
     let pinned = cluster_api_version.map(|v| &v[..]);
     [
         Wanted::capvcd("VCDMachine"),
@@ -31,16 +31,37 @@ pub fn wanted<'a>(cluster_api_version: Option<&'a [&'a str; 1]>) -> [Wanted<'a>;
         Wanted::cluster_api("ClusterClass", pinned),
         // A VCDMachine's cluster and role are its owner Machine's (labels only are kept).
         Wanted::cluster_api("Machine", pinned),
+        // The rollouts whose machines take from the static pools (audit::capacity).
+        Wanted::cluster_api("MachineDeployment", pinned),
+        Wanted::control_plane("KubeadmControlPlane"),
     ]
 }
 
 /// What is kept of an object of `resource`: [`keep_read_fields`], and of a Machine its
 /// metadata alone ([`keep_owner_fields`]).
 pub fn trimmer(resource: &ApiResource) -> fn(&mut DynamicObject) {
-    if resource.kind == "Machine" {
-        keep_owner_fields
-    } else {
-        keep_read_fields
+    match resource.kind.as_str() {
+        "Machine" => keep_owner_fields,
+        "KubeadmControlPlane" => keep_rollout_fields,
+        _ => keep_read_fields,
+    }
+}
+
+/// Of a KubeadmControlPlane, what its rollout's count reads: replicas, the machine template and
+/// the rollout strategy (its kubeadm configuration, often large, is dropped).
+pub fn keep_rollout_fields(object: &mut DynamicObject) {
+    keep_read_fields(object);
+    if let Some(spec) = object
+        .data
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        spec.retain(|key, _| {
+            matches!(
+                key.as_str(),
+                "replicas" | "machineTemplate" | "rolloutStrategy" | "rollout"
+            )
+        });
     }
 }
 

@@ -11,6 +11,8 @@ use nicpolicy_plugin::objects::CAPVCD_GROUP;
 
 /// Cluster API's core group.
 pub const CLUSTER_API_GROUP: &str = "cluster.x-k8s.io";
+/// The API group of Cluster API's kubeadm control-plane provider.
+pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
 
 /// CAPVCD versions whose objects nicpolicy reads, in order of preference: v1beta3 carries the
 /// zones that v1beta2 lacks, so it wins where both are served.
@@ -84,6 +86,16 @@ impl<'a> Wanted<'a> {
             group: CAPVCD_GROUP,
             kind,
             readable: &CAPVCD_READABLE,
+        }
+    }
+
+    /// A kind of Cluster API's kubeadm control-plane provider
+    /// (`controlplane.cluster.x-k8s.io`), at v1beta2 or v1beta1.
+    pub fn control_plane(kind: &'a str) -> Wanted<'a> {
+        Wanted {
+            group: CONTROL_PLANE_GROUP,
+            kind,
+            readable: &["v1beta2", "v1beta1"],
         }
     }
 

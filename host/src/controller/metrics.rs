@@ -12,6 +12,8 @@
 //! | `nicpolicy_controller_leader` | | 1 while this replica holds the Lease |
 //! | `nicpolicy_controller_retries_waiting` | | namespaces whose report or Events failed, waiting to be tried again (1 s doubling to 5 min) |
 //! | `nicpolicy_controller_policy_generation` | | generation of the loaded configuration (rises on reload) |
+//! | `nicpolicy_controller_static_pool_free_addresses` | `ovdc`, `network` | addresses free in a network's static pool (`totalIpCount - usedIpCount`; `ovdc` empty for the default inventory) |
+//! | `nicpolicy_controller_static_pool_rollout_addresses` | `ovdc`, `network` | the most addresses one rollout (MachineDeployment, KubeadmControlPlane) would take from it |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -33,6 +35,15 @@ macro_rules! label_set {
 }
 
 label_set!(ResultLabel, result);
+
+/// A static pool: the org VDC whose inventory counts it (empty for the default) and the network.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// The org VDC.
+    pub ovdc: String,
+    /// The network.
+    pub network: String,
+}
 label_set!(ReasonLabel, reason);
 label_set!(ChangeLabel, change);
 
@@ -61,6 +72,10 @@ pub struct Metrics {
     pub policy_generation: Gauge,
     /// CAPVCD kinds whose writes reach no nicpolicy webhook ([`crate::guard`]).
     pub unguarded_kinds: crate::guard::UnguardedGauge,
+    /// Free addresses per static pool.
+    pub pool_free: Family<PoolLabels, Gauge>,
+    /// The largest rollout's need per static pool.
+    pub pool_rollout: Family<PoolLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -86,6 +101,8 @@ impl Metrics {
             retries_waiting: Gauge::default(),
             policy_generation: Gauge::default(),
             unguarded_kinds: crate::guard::UnguardedGauge::default(),
+            pool_free: Family::default(),
+            pool_rollout: Family::default(),
         };
         crate::guard::register(&mut registry, &metrics.unguarded_kinds);
         registry.register(
@@ -133,6 +150,16 @@ impl Metrics {
             "policy_generation",
             "Generation of the loaded configuration",
             metrics.policy_generation.clone(),
+        );
+        registry.register(
+            "static_pool_free_addresses",
+            "Addresses free in a network's static pool (totalIpCount - usedIpCount)",
+            metrics.pool_free.clone(),
+        );
+        registry.register(
+            "static_pool_rollout_addresses",
+            "The most addresses one rollout would take from a network's static pool",
+            metrics.pool_rollout.clone(),
         );
         Metrics {
             registry,

@@ -12,6 +12,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::audit::capacity::Capacity;
 use crate::audit::{Finding, Verdict};
 
 /// Name of the report in each namespace.
@@ -289,6 +290,48 @@ fn results_of(finding: &Finding, policy: &str) -> Vec<Value> {
     }
 }
 
+/// A `warn` result on each MachineDeployment or KubeadmControlPlane of `capacity` whose rollout
+/// alone needs more of a static pool than is free (rule `static-pool`): `storage-net: 3
+/// addresses free, a rollout of prod-eu1/prod-eu1-md-0 needs 5 (...)`.
+pub fn pool_results(capacity: &Capacity, policy: &str) -> Vec<Value> {
+    let mut results = Vec::new();
+    for network in &capacity.networks {
+        for need in network.needs.iter().filter(|n| n.addresses > network.free) {
+            let api_version = if need.kind == "KubeadmControlPlane" {
+                "controlplane.cluster.x-k8s.io/v1beta1"
+            } else {
+                "cluster.x-k8s.io/v1beta1"
+            };
+            let mut properties = BTreeMap::from([
+                ("network", network.network.clone()),
+                ("free", network.free.to_string()),
+                ("needed", need.addresses.to_string()),
+            ]);
+            if let Some(vdc) = &network.vdc {
+                properties.insert("ovdc", vdc.clone());
+            }
+            results.push(json!({
+                "source": "nicpolicy",
+                "policy": policy,
+                "rule": "static-pool",
+                "category": "Networks",
+                "result": "warn",
+                "severity": "medium",
+                "scored": true,
+                "message": cut(&network.sentence(need)),
+                "resources": [{
+                    "apiVersion": api_version,
+                    "kind": need.kind,
+                    "namespace": need.namespace,
+                    "name": need.name,
+                }],
+                "properties": properties,
+            }));
+        }
+    }
+    results
+}
+
 /// Order of results kept under the bound: what needs action first.
 fn rank(result: &Value) -> u8 {
     match result.get("result").and_then(Value::as_str) {
@@ -310,6 +353,19 @@ pub fn build(
     findings: &[Finding],
     bounds: Bounds,
 ) -> Report {
+    build_with(format, namespace, policy, findings, Vec::new(), bounds)
+}
+
+/// [`build`], with `extra` results on other objects ([`pool_results`]), each counted in the
+/// summary by its result.
+pub fn build_with(
+    format: Format,
+    namespace: &str,
+    policy: &dyn Fn(&str) -> String,
+    findings: &[Finding],
+    extra: Vec<Value>,
+    bounds: Bounds,
+) -> Report {
     let mut summary: BTreeMap<&str, usize> = ["pass", "fail", "warn", "error", "skip"]
         .map(|k| (k, 0))
         .into();
@@ -317,6 +373,15 @@ pub fn build(
     for finding in findings {
         *summary.entry(result_word(finding.result)).or_default() += 1;
         results.extend(results_of(finding, &policy(&finding.object.kind)));
+    }
+    for result in extra {
+        if let Some(word) = ["pass", "fail", "warn", "error", "skip"]
+            .into_iter()
+            .find(|w| result["result"] == *w)
+        {
+            *summary.entry(word).or_default() += 1;
+        }
+        results.push(result);
     }
     // Stable order (so equal results give equal digests), failures first.
     results.sort_by(|a, b| {

@@ -11,6 +11,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use nicpolicy_plugin::ObjectKind;
 use tokio::sync::watch;
 
+use crate::audit::capacity::{self, Capacity};
 use crate::audit::{self, live, Chains, Finding, Inputs, Summary};
 use crate::served::ServedPolicies;
 use crate::PolicyChain;
@@ -33,6 +34,8 @@ pub(super) struct Worker {
     written: HashMap<String, String>,
     /// Totals of each namespace, for the gauges.
     summaries: BTreeMap<String, Summary>,
+    /// The largest rollout's need of each static pool, per namespace, for the gauges.
+    pool_needs: BTreeMap<String, BTreeMap<(String, String), u64>>,
     gate: Option<EventGate>,
     recorder: Recorder,
     generations: (u64, u64),
@@ -72,6 +75,7 @@ impl Worker {
             options,
             written: HashMap::new(),
             summaries: BTreeMap::new(),
+            pool_needs: BTreeMap::new(),
             gate,
             generations: (0, 0),
             was_leading: false,
@@ -206,10 +210,24 @@ impl Worker {
                 .map(|(index, object)| live::object_value(object, &self.watched[*index].resource))
                 .collect();
             drop(list);
-            let Some(findings) = self.evaluate(values).await else {
+            let Some((findings, capacity)) = self.evaluate(values).await else {
                 self.shared.enqueue(&namespace);
                 continue;
             };
+            self.pool_needs.insert(
+                namespace.clone(),
+                capacity
+                    .networks
+                    .iter()
+                    .filter(|n| n.largest > 0)
+                    .map(|n| {
+                        (
+                            (n.vdc.clone().unwrap_or_default(), n.network.clone()),
+                            n.largest,
+                        )
+                    })
+                    .collect(),
+            );
             evaluated += findings.len();
             for finding in &findings {
                 self.shared
@@ -230,7 +248,7 @@ impl Worker {
             let leading = self.shared.leading.clone();
             let format = self.options.format;
             let write = async {
-                self.report(&namespace, &findings)
+                self.report(&namespace, &findings, &capacity)
                     .await
                     .map_err(|err| write_error(format, &err))
             };
@@ -262,8 +280,9 @@ impl Worker {
         );
     }
 
-    /// The findings of one namespace's objects; `None` when the evaluation task failed.
-    async fn evaluate(&self, values: Vec<serde_json::Value>) -> Option<Vec<Finding>> {
+    /// The findings of one namespace's objects, and what its rollouts take from the static
+    /// pools; `None` when the evaluation task failed.
+    async fn evaluate(&self, values: Vec<serde_json::Value>) -> Option<(Vec<Finding>, Capacity)> {
         let served = self.served.get();
         let candidate = self.candidate.as_ref().map(|c| c.get());
         // Evaluation is CPU work: off the async threads.
@@ -271,11 +290,27 @@ impl Worker {
             let inputs = Inputs::from_files(live::files_by_namespace(values));
             let subjects = inputs.subjects(&served.inventories);
             let candidate_chains = candidate.as_deref().map(ServedChains);
-            audit::evaluate_all(
+            let findings = audit::evaluate_all(
                 subjects,
                 &ServedChains(&served),
                 candidate_chains.as_ref().map(|c| c as &dyn Chains),
-            )
+            );
+            // Rollouts and their templates live in one namespace: each namespace's are
+            // counted with it, against pools every namespace shares.
+            let (rollouts, mut uncounted) = capacity::rollouts(&inputs.files);
+            let (networks, more) = capacity::capacity(
+                &served.pools,
+                &rollouts,
+                &findings,
+                &served.config.provisioner,
+            );
+            uncounted.extend(more);
+            let capacity = Capacity {
+                networks,
+                uncounted,
+                rollouts: rollouts.len(),
+            };
+            (findings, capacity)
         })
         .await;
         match evaluated {
@@ -401,10 +436,16 @@ impl Worker {
 
     /// Writes the namespace's report when its results changed; deletes it when the
     /// namespace has no audited object left.
-    async fn report(&mut self, namespace: &str, findings: &[Finding]) -> Result<(), kube::Error> {
+    async fn report(
+        &mut self,
+        namespace: &str,
+        findings: &[Finding],
+        capacity: &Capacity,
+    ) -> Result<(), kube::Error> {
         let api = self.reports_api(namespace);
         if findings.is_empty() {
             self.summaries.remove(namespace);
+            self.pool_needs.remove(namespace);
             if self.written.remove(namespace).is_some() {
                 match api
                     .delete(report::REPORT_NAME, &DeleteParams::default())
@@ -423,11 +464,13 @@ impl Worker {
                 .and_then(|kind| served.chains.get(&kind))
                 .map_or_else(|| "nicpolicy".to_string(), PolicyChain::name)
         };
-        let built = report::build(
+        let pools = report::pool_results(capacity, &policy("VCDMachineTemplate"));
+        let built = report::build_with(
             self.options.format,
             namespace,
             &policy,
             findings,
+            pools,
             self.options.bounds,
         );
         if !self.written.contains_key(namespace) {
@@ -550,6 +593,44 @@ impl Worker {
         set_gauges(&metrics.candidate, changes, |change| metrics::ChangeLabel {
             change: change.to_string(),
         });
+        // Every counted pool, with the largest need any namespace's rollout has of it.
+        let served = self.served.get();
+        let pools = served
+            .pools
+            .default
+            .iter()
+            .map(|(n, p)| ((String::new(), n), p));
+        let pools = pools.chain(
+            served
+                .pools
+                .by_vdc
+                .iter()
+                .flat_map(|(vdc, set)| set.iter().map(move |(n, p)| ((vdc.clone(), n), p))),
+        );
+        metrics.pool_free.clear();
+        metrics.pool_rollout.clear();
+        for ((ovdc, network), pool) in pools {
+            let labels = metrics::PoolLabels {
+                ovdc: ovdc.clone(),
+                network: network.clone(),
+            };
+            let key = (ovdc, network.clone());
+            let largest = self
+                .pool_needs
+                .values()
+                .filter_map(|needs| needs.get(&key))
+                .max()
+                .copied()
+                .unwrap_or(0);
+            metrics
+                .pool_free
+                .get_or_create(&labels)
+                .set(i64::try_from(pool.free()).unwrap_or(i64::MAX));
+            metrics
+                .pool_rollout
+                .get_or_create(&labels)
+                .set(i64::try_from(largest).unwrap_or(i64::MAX));
+        }
     }
 }
 

@@ -25,6 +25,7 @@ use nicpolicy_engine::spec::PolicySpec;
 use nicpolicy_inputs::manifest::ManifestError;
 
 use crate::inventories::Inventories;
+use crate::pools::Pools;
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,8 @@ pub struct Served {
     pub chains: BTreeMap<ObjectKind, PolicyChain>,
     /// The org VDCs' networks, when configured: each VDC's and the default.
     pub inventories: Inventories,
+    /// Their static pools, where the inventories count them ([`crate::pools`]).
+    pub pools: Pools,
     /// Kinds whose chain could not be loaded because an `oci:` module could not be had at
     /// start (`registry.onUnavailableAtStart: Deny`), with why: their requests are denied
     /// saying so, and the reload watcher tries again at every interval.
@@ -230,11 +233,13 @@ impl Served {
             chains.insert(*kind, chain);
         }
         let inventories = Inventories::read(config.inventory.as_deref(), &config.inventories)?;
+        let pools = Pools::read(config.inventory.as_deref(), &config.inventories)?;
         Ok(Served {
             generation,
             config,
             chains,
             inventories,
+            pools,
             unavailable,
             fingerprint,
         })

@@ -797,6 +797,148 @@ async fn a_policy_change_re_evaluates_every_namespace() {
 }
 
 #[tokio::test]
+async fn a_rollout_the_static_pool_cannot_take_is_reported_on_its_machinedeployment() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let ns = "audit-pools";
+    cluster_namespace(&kubectl, ns);
+    // A worker template on storage-net and workload-net, and a MachineDeployment of four
+    // (maxSurge 1) made from it, as Cluster API's CRDs serve them.
+    let infrastructure = nicpolicy_e2e::fixtures::infrastructure();
+    kubectl.apply(&format!(
+        "apiVersion: {infrastructure}
+kind: VCDMachineTemplate
+metadata:
+  name: {ns}-md-0
+  namespace: {ns}
+  labels: {{cluster.x-k8s.io/cluster-name: {ns}}}
+spec:
+  template:
+    spec:
+      catalog: kubernetes
+      template: ubuntu-2204-kube-v1.31.4
+      extraOvdcNetworks: [storage-net, workload-net]
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata:
+  name: {ns}-md-0
+  namespace: {ns}
+spec:
+  clusterName: {ns}
+  replicas: 4
+  strategy: {{type: RollingUpdate, rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}}}
+  selector:
+    matchLabels: {{cluster.x-k8s.io/deployment-name: {ns}-md-0}}
+  template:
+    metadata:
+      labels: {{cluster.x-k8s.io/deployment-name: {ns}-md-0}}
+    spec:
+      clusterName: {ns}
+      version: v1.31.4
+      bootstrap:
+        dataSecretName: {ns}-md-0-bootstrap
+      infrastructureRef:
+        apiVersion: {infrastructure}
+        kind: VCDMachineTemplate
+        name: {ns}-md-0
+"
+    ));
+    let controller = Controller::start(&plane, &Settings::single("pools")).await;
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the template",
+        |r| verdict(r, &format!("{ns}-md-0")).as_deref() == Some("pass"),
+    )
+    .await;
+    // Cloud Director's counts arrive in the inventory (as `nicpolicy inventory import` writes
+    // them): storage-net has 3 addresses free, the rollout needs 5.
+    edit_config(
+        &controller.dir,
+        "inventory.yaml",
+        "      - {start: 10.20.0.20, end: 10.20.0.250}\n",
+        "      - {start: 10.20.0.20, end: 10.20.0.250}\n    totalIpCount: 231\n    usedIpCount: 228\n",
+    );
+    let (report, took) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the short pool",
+        |r| {
+            r["results"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|x| x["rule"] == "static-pool"))
+        },
+    )
+    .await;
+    eprintln!("e2e: short pool reported in {:.1} s", took.as_secs_f64());
+    let short: Vec<&Value> = report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["rule"] == "static-pool")
+        .collect();
+    assert_eq!(short.len(), 1, "{report:#}");
+    assert_eq!(short[0]["result"], "warn");
+    assert_eq!(short[0]["resources"][0]["kind"], "MachineDeployment");
+    assert_eq!(short[0]["resources"][0]["name"], format!("{ns}-md-0"));
+    assert_eq!(short[0]["properties"]["network"], "storage-net");
+    assert!(
+        short[0]["message"].as_str().is_some_and(|m| m.starts_with(
+            "storage-net: 3 addresses free, a rollout of audit-pools/audit-pools-md-0 needs 5"
+        )),
+        "{}",
+        short[0]
+    );
+    let metrics = controller.metrics().await;
+    let gauge = |name: &str| {
+        metrics
+            .get(&format!(
+                "nicpolicy_controller_{name}{{ovdc=\"\",network=\"storage-net\"}}"
+            ))
+            .copied()
+    };
+    assert_eq!(
+        gauge("static_pool_free_addresses"),
+        Some(3.0),
+        "{metrics:?}"
+    );
+    assert_eq!(
+        gauge("static_pool_rollout_addresses"),
+        Some(5.0),
+        "{metrics:?}"
+    );
+
+    // The MachineDeployment scaled down to 1: 2 addresses, which fit; the warning goes.
+    kubectl.run(&[
+        "scale",
+        "machinedeployment",
+        &format!("{ns}-md-0"),
+        "-n",
+        ns,
+        "--replicas=1",
+    ]);
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the pool fitting",
+        |r| {
+            r["results"]
+                .as_array()
+                .is_some_and(|all| all.iter().all(|x| x["rule"] != "static-pool"))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn two_replicas_never_lead_at_once_while_the_api_server_stalls() {
     // Its own control plane: the API server is frozen (SIGSTOP) under a leading replica. Its
     // renewals time out, so it must stop leading within the renew deadline, before the standby
