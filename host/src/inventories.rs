@@ -16,8 +16,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nicpolicy_inputs::manifest::{self, ManifestError};
+use nicpolicy_inputs::manifest::{self, ManifestError, ManifestFile, Object};
 use nicpolicy_plugin::{Cluster, Inventory, Machine};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 /// The inventories of a deployment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,6 +144,33 @@ impl Inventories {
     pub fn all(&self) -> impl Iterator<Item = &Inventory> {
         self.default.iter().chain(self.by_vdc.values())
     }
+}
+
+#[derive(Deserialize)]
+struct Members<T> {
+    #[serde(default = "Vec::new")]
+    networks: Vec<T>,
+}
+
+/// Reads each network of the inventory file at `path` as `T`, the members a host-side reader
+/// wants of it (the guest's, the pool counts: never sent to policies), and hands each to
+/// `each` with its file, document and index.
+///
+/// # Errors
+/// The file cannot be read, a member has the wrong type (named with its path), or `each`'s.
+pub fn read_members<T: DeserializeOwned>(
+    path: &Path,
+    mut each: impl FnMut(&ManifestFile, &Object, usize, T) -> Result<(), ManifestError>,
+) -> Result<(), ManifestError> {
+    let file = ManifestFile::read(path)?;
+    for object in &file.objects {
+        let members: Members<T> = serde_path_to_error::deserialize(&object.value)
+            .map_err(|err| file.field_error(object, &err.path().to_string(), err.inner()))?;
+        for (i, member) in members.networks.into_iter().enumerate() {
+            each(&file, object, i, member)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

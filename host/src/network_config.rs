@@ -31,7 +31,7 @@ use nicpolicy_plugin::{Inventory, IpAllocationMode, Nic, Role};
 use serde::{Deserialize, Serialize};
 
 use crate::vcd::VmNics;
-use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
+use nicpolicy_inputs::manifest::ManifestError;
 
 /// What only the guest needs of an org VDC network, read from the same inventory file as the
 /// [`Inventory`] (these fields are not sent to policies).
@@ -63,26 +63,16 @@ pub struct Route {
     pub metric: Option<u32>,
 }
 
-#[derive(Deserialize)]
-struct GuestInventory {
-    #[serde(default)]
-    networks: Vec<GuestNetwork>,
-}
-
 /// The guest fields of the inventory file at `path`, by network name.
 ///
 /// # Errors
 /// The file cannot be read, or a guest field has the wrong type (named with its path).
 pub fn read_guest_networks(path: &Path) -> Result<BTreeMap<String, GuestNetwork>, ManifestError> {
-    let file = ManifestFile::read(path)?;
     let mut found = BTreeMap::new();
-    for object in &file.objects {
-        let guest: GuestInventory = serde_path_to_error::deserialize(&object.value)
-            .map_err(|err| file.field_error(object, &err.path().to_string(), err.inner()))?;
-        for network in guest.networks {
-            found.insert(network.name.clone(), network);
-        }
-    }
+    crate::inventories::read_members(path, |_, _, _, network: GuestNetwork| {
+        found.insert(network.name.clone(), network);
+        Ok(())
+    })?;
     Ok(found)
 }
 

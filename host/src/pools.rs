@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
+use nicpolicy_inputs::manifest::ManifestError;
 use serde::{Deserialize, Serialize};
 
 /// A network's static pool as Cloud Director counts it.
@@ -37,12 +37,6 @@ struct CountedNetwork {
     used_ip_count: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct CountedInventory {
-    #[serde(default)]
-    networks: Vec<CountedNetwork>,
-}
-
 /// The pools of the inventory file at `path` that carry both counts, by network name (these
 /// members are not sent to policies).
 ///
@@ -50,24 +44,20 @@ struct CountedInventory {
 /// The file cannot be read, a count is not a whole number (named with its path), or a network
 /// uses more than it has.
 pub fn read_pools(path: &Path) -> Result<BTreeMap<String, Pool>, ManifestError> {
-    let file = ManifestFile::read(path)?;
     let mut pools = BTreeMap::new();
-    for object in &file.objects {
-        let counted: CountedInventory = serde_path_to_error::deserialize(&object.value)
-            .map_err(|err| file.field_error(object, &err.path().to_string(), err.inner()))?;
-        for (i, network) in counted.networks.into_iter().enumerate() {
-            if let (Some(total), Some(used)) = (network.total_ip_count, network.used_ip_count) {
-                if used > total {
-                    return Err(file.field_error(
-                        object,
-                        &format!("networks[{i}].usedIpCount"),
-                        format!("{used} is more than totalIpCount {total}"),
-                    ));
-                }
-                pools.insert(network.name, Pool { total, used });
+    crate::inventories::read_members(path, |file, object, i, network: CountedNetwork| {
+        if let (Some(total), Some(used)) = (network.total_ip_count, network.used_ip_count) {
+            if used > total {
+                return Err(file.field_error(
+                    object,
+                    &format!("networks[{i}].usedIpCount"),
+                    format!("{used} is more than totalIpCount {total}"),
+                ));
             }
+            pools.insert(network.name, Pool { total, used });
         }
-    }
+        Ok(())
+    })?;
     Ok(pools)
 }
 

@@ -287,23 +287,7 @@ fn the_deckhouse_profile_is_what_a_deckhouse_site_builds() {
     );
 
     // The drift check: the VM with its leases matches, without them it is pending, not drift.
-    let audit = |profile: &[&str], section: &str| {
-        nicpolicy(
-            &[
-                &[
-                    "audit",
-                    "examples/cluster.yaml",
-                    "examples/machine.yaml",
-                    "--inventory",
-                    "examples/inventory.yaml",
-                    "--vm-nics",
-                    &format!("prod-eu1/prod-eu1-md-0-x7k2p={section}"),
-                ][..],
-                profile,
-            ]
-            .concat(),
-        )
-    };
+    let audit = |profile: &[&str], section: &str| audit_vm(section, profile);
     let with_leases = audit(&deckhouse, "tests/fixtures/vcd/vm-deckhouse-leased.xml");
     assert_exit_saying(&with_leases, 0, &[]);
     assert!(
@@ -1485,19 +1469,29 @@ fn render_network_config_gives_one_default_route_and_the_kubelet_node_ip() {
     assert_exit_saying(&not_xml, 2, &["--nics examples/machine.yaml"]);
 }
 
+/// `nicpolicy audit` of the worked example's worker with its VM's `section`, and `more`.
+fn audit_vm(section: &str, more: &[&str]) -> Output {
+    let vm = format!("prod-eu1/prod-eu1-md-0-x7k2p={section}");
+    nicpolicy(
+        &[
+            &[
+                "audit",
+                "examples/cluster.yaml",
+                "examples/machine.yaml",
+                "--inventory",
+                "examples/inventory.yaml",
+                "--vm-nics",
+                &vm,
+            ][..],
+            more,
+        ]
+        .concat(),
+    )
+}
+
 #[test]
 fn audit_reports_a_vm_that_drifted_from_its_plan() {
-    let audit = |section: &str| {
-        nicpolicy(&[
-            "audit",
-            "examples/cluster.yaml",
-            "examples/machine.yaml",
-            "--inventory",
-            "examples/inventory.yaml",
-            "--vm-nics",
-            &format!("prod-eu1/prod-eu1-md-0-x7k2p={section}"),
-        ])
-    };
+    let audit = |section: &str| audit_vm(section, &[]);
     let same = audit("examples/vm-network-connection-section.xml");
     assert_exit_saying(&same, 0, &[]);
     assert!(!stdout(&same).contains("drift"));
