@@ -875,3 +875,70 @@ fn the_command_writes_the_same_file_twice_and_nothing_on_a_failure() {
     assert_eq!(std::fs::read_to_string(&out).expect("kept"), text);
     assert!(!dir.join("inventory.partial").exists());
 }
+
+#[test]
+fn per_vdc_writes_an_inventory_for_each_vdc_or_none() {
+    let site = Site::start(Faults::default());
+    let dir = dir("per-vdc");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, API_TOKEN).expect("the token");
+    let out = dir.join("inventories");
+    let run = |site: &Site, vdcs: &[&str]| {
+        let mut args = vec![
+            "inventory".to_string(),
+            "import".into(),
+            "--site".into(),
+            site.url(),
+            "--org".into(),
+            "eu1-platform".into(),
+            "--token-file".into(),
+            token_file.to_string_lossy().into_owned(),
+            "--per-vdc".into(),
+            out.to_string_lossy().into_owned(),
+        ];
+        for vdc in vdcs {
+            args.extend(["--vdc".to_string(), vdc.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        nicpolicy(&args, &[])
+    };
+    let first = run(&site, &["eu1-ovdc-prod", "eu1-ovdc-stage"]);
+    let said = String::from_utf8_lossy(&first.stderr).into_owned();
+    assert!(first.status.success(), "{said}");
+    let prod = std::fs::read_to_string(out.join("eu1-ovdc-prod.yaml")).expect("prod's");
+    let stage = std::fs::read_to_string(out.join("eu1-ovdc-stage.yaml")).expect("stage's");
+    assert!(prod.contains("- name: storage-net\n") && !prod.contains("stage-mgmt-net"));
+    assert!(stage.contains("- name: stage-mgmt-net\n") && !stage.contains("storage-net"));
+    // The serve configuration's entries, as it reads them.
+    assert!(
+        said.contains("inventories:\n  eu1-ovdc-prod: ") && said.contains("  eu1-ovdc-stage: "),
+        "{said}"
+    );
+    // The same site, the same files.
+    assert!(run(&site, &["eu1-ovdc-prod", "eu1-ovdc-stage"])
+        .status
+        .success());
+    assert_eq!(
+        std::fs::read_to_string(out.join("eu1-ovdc-prod.yaml")).unwrap(),
+        prod
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("eu1-ovdc-stage.yaml")).unwrap(),
+        stage
+    );
+
+    // A VDC that is not there: no file is written, the earlier ones stay.
+    let _ = std::fs::remove_file(out.join("eu1-ovdc-stage.yaml"));
+    let failed = run(&site, &["eu1-ovdc-stage", "eu1-ovdc-gone"]);
+    assert_eq!(failed.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("\"eu1-ovdc-gone\""));
+    assert!(!out.join("eu1-ovdc-stage.yaml").exists());
+    assert_eq!(
+        std::fs::read_to_string(out.join("eu1-ovdc-prod.yaml")).unwrap(),
+        prod
+    );
+    // Two names for one file.
+    let clash = run(&site, &["eu1 ovdc", "eu1-ovdc"]);
+    assert_eq!(clash.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&clash.stderr).contains("eu1-ovdc.yaml"));
+}

@@ -1,10 +1,11 @@
 //! `nicpolicy inventory import`: the org VDC networks as Cloud Director knows them, written as
 //! the inventory file the rest of nicpolicy reads.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use nicpolicy::clouddirector::import::Imported;
 use nicpolicy::clouddirector::{import, Bounds, Client, Owner};
 use nicpolicy::plugin::Network;
 
@@ -54,8 +55,13 @@ struct ImportArgs {
     #[arg(long, value_name = "FILE")]
     ca_file: Option<PathBuf>,
     /// Where to write the inventory; stdout when omitted. Written whole or not at all.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", conflicts_with = "per_vdc")]
     output: Option<PathBuf>,
+    /// Write each --vdc's networks into an inventory of its own, DIR/<VDC>.yaml, for the serve
+    /// configuration's `inventories` (printed on stderr); no file is written unless every VDC
+    /// was read.
+    #[arg(long, value_name = "DIR", requires = "vdcs")]
+    per_vdc: Option<PathBuf>,
     /// Seconds each call may take, its answer included.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
@@ -127,7 +133,63 @@ fn run_import(args: ImportArgs) -> Result<u8, Failure> {
         .build()
         .context("cannot start the runtime")
         .map_err(runtime)?;
+    if let Some(dir) = &args.per_vdc {
+        if !args.vdc_groups.is_empty() || !args.owner_ids.is_empty() {
+            return Err(usage(anyhow!(
+                "--per-vdc writes one inventory per --vdc; --vdc-group and --owner-id do not name one"
+            )));
+        }
+        let mut names: Vec<String> = args.vdcs.iter().map(|v| file_name(v)).collect();
+        names.sort();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(usage(anyhow!(
+                "--per-vdc: two --vdc names would both be written to {}",
+                twice[0]
+            )));
+        }
+        // Every VDC read before anything is written.
+        let mut texts = Vec::new();
+        for vdc in &args.vdcs {
+            let imported = rt
+                .block_on(import(&mut client, &[Owner::Vdc(vdc.clone())]))
+                .map_err(runtime)?;
+            texts.push((vdc, file_name(vdc), inventory_text(&args, &imported)?));
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))
+            .map_err(runtime)?;
+        for (_, name, text) in &texts {
+            write_whole(&dir.join(name), text)?;
+        }
+        eprintln!(
+            "wrote {} inventories into {}; the serve configuration names them:\ninventories:",
+            texts.len(),
+            dir.display()
+        );
+        for (vdc, name, _) in &texts {
+            eprintln!("  {}: {}", yaml_key(vdc), dir.join(name).display());
+        }
+        return Ok(0);
+    }
     let imported = rt.block_on(import(&mut client, &owners)).map_err(runtime)?;
+    let text = inventory_text(&args, &imported)?;
+    match &args.output {
+        Some(path) => {
+            write_whole(path, &text)?;
+            eprintln!(
+                "wrote {} ({} networks)",
+                path.display(),
+                imported.inventory.networks.len()
+            );
+        }
+        None => super::out::print(&text)?,
+    }
+    Ok(0)
+}
+
+/// The inventory file of `imported`: a head naming the site, org and what was read, then the
+/// networks with their pool counts.
+fn inventory_text(args: &ImportArgs, imported: &Imported) -> Result<String, Failure> {
     for warning in &imported.warnings {
         eprintln!("warning: {warning}");
     }
@@ -158,21 +220,42 @@ fn run_import(args: ImportArgs) -> Result<u8, Failure> {
         .context("cannot write YAML")
         .map_err(runtime)?,
     );
-    match &args.output {
-        Some(path) => {
-            // Whole or not at all: a reader never sees half an inventory.
-            let partial = path.with_extension("partial");
-            std::fs::write(&partial, &text)
-                .and_then(|()| std::fs::rename(&partial, path))
-                .with_context(|| format!("{}: cannot write", path.display()))
-                .map_err(runtime)?;
-            eprintln!(
-                "wrote {} ({} networks)",
-                path.display(),
-                imported.inventory.networks.len()
-            );
-        }
-        None => super::out::print(&text)?,
+    Ok(text)
+}
+
+/// Writes `text` to `path` whole or not at all: a reader never sees half an inventory.
+fn write_whole(path: &Path, text: &str) -> Result<(), Failure> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .with_context(|| format!("{}: cannot write", path.display()))
+        .map_err(runtime)
+}
+
+/// The file of VDC `vdc` under --per-vdc: its name with what a file name cannot hold (and
+/// spaces) as `-`.
+fn file_name(vdc: &str) -> String {
+    let name: String = vdc
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{}.yaml", name.trim_start_matches('.'))
+}
+
+/// `vdc` as a YAML mapping key: quoted unless plain.
+fn yaml_key(vdc: &str) -> String {
+    if vdc
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        vdc.to_string()
+    } else {
+        format!("{vdc:?}")
     }
-    Ok(0)
 }
