@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use nicpolicy::clouddirector::file::{self, file_name};
 use nicpolicy::clouddirector::import::Imported;
 use nicpolicy::clouddirector::{import, Bounds, Client, Owner};
-use nicpolicy::plugin::Network;
 
 use super::{runtime, usage, Failure};
 
@@ -65,25 +65,6 @@ struct ImportArgs {
     /// Seconds each call may take, its answer included.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
-}
-
-/// The file as the inventory readers take it, each network's fields in their usual order, its
-/// pool counts after them.
-#[derive(serde::Serialize)]
-struct InventoryFile<'a> {
-    kind: &'static str,
-    networks: Vec<WrittenNetwork<'a>>,
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WrittenNetwork<'a> {
-    #[serde(flatten)]
-    network: &'a Network,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    total_ip_count: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    used_ip_count: Option<u64>,
 }
 
 /// Runs `nicpolicy inventory`.
@@ -187,40 +168,14 @@ fn run_import(args: ImportArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// The inventory file of `imported`: a head naming the site, org and what was read, then the
-/// networks with their pool counts.
+/// The inventory file of `imported`, its warnings said on stderr.
 fn inventory_text(args: &ImportArgs, imported: &Imported) -> Result<String, Failure> {
     for warning in &imported.warnings {
         eprintln!("warning: {warning}");
     }
-    let mut text = format!(
-        "# The org VDC networks of org {} at {}, as Cloud Director lists them\n# (`nicpolicy inventory import`):\n",
-        args.org, args.site
-    );
-    for source in &imported.sources {
-        text.push_str(&format!("#   {source}\n"));
-    }
-    text.push_str(
-        &serde_yaml_ng::to_string(&InventoryFile {
-            kind: "NetworkInventory",
-            networks: imported
-                .inventory
-                .networks
-                .iter()
-                .map(|network| {
-                    let pool = imported.pools.get(&network.name);
-                    WrittenNetwork {
-                        network,
-                        total_ip_count: pool.map(|p| p.total),
-                        used_ip_count: pool.map(|p| p.used),
-                    }
-                })
-                .collect(),
-        })
+    file::render(&args.site, &args.org, imported)
         .context("cannot write YAML")
-        .map_err(runtime)?,
-    );
-    Ok(text)
+        .map_err(runtime)
 }
 
 /// Writes `text` to `path` whole or not at all: a reader never sees half an inventory.
@@ -230,22 +185,6 @@ fn write_whole(path: &Path, text: &str) -> Result<(), Failure> {
         .and_then(|()| std::fs::rename(&partial, path))
         .with_context(|| format!("{}: cannot write", path.display()))
         .map_err(runtime)
-}
-
-/// The file of VDC `vdc` under --per-vdc: its name with what a file name cannot hold (and
-/// spaces) as `-`.
-fn file_name(vdc: &str) -> String {
-    let name: String = vdc
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("{}.yaml", name.trim_start_matches('.'))
 }
 
 /// `vdc` as a YAML mapping key: quoted unless plain.
