@@ -184,7 +184,10 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
         });
     }
     let mut params = BTreeMap::new();
-    if !served.inventories.is_empty() {
+    // With `cloudDirector` the controller refreshes the VDCs' networks after this is written:
+    // names missing here would deny machines the webhook admits, so the existence of a
+    // network is left to the webhook.
+    if !served.inventories.is_empty() && served.config.cloud_director.is_none() {
         // kube-apiserver cannot tell a machine's org VDC (that takes its VCDCluster): the
         // backstop knows a network when any VDC's inventory has it.
         let mut every = nicpolicy_plugin::Inventory::default();

@@ -28,6 +28,19 @@ pub struct Inventories {
     pub default: Option<Inventory>,
     /// The inventory of each org VDC, by its name.
     pub by_vdc: BTreeMap<String, Inventory>,
+    /// The org VDCs whose file is not written yet ([`Missing::UseDefault`]): they have the
+    /// default until it is.
+    pub not_written: Vec<String>,
+}
+
+/// What an org VDC's inventory file that does not exist is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// An error, as any file the configuration names.
+    Refused,
+    /// Not written yet (the controller refreshes it from Cloud Director): that VDC has the
+    /// default until it is.
+    UseDefault,
 }
 
 /// Which inventory a machine was given, for messages and reports.
@@ -48,25 +61,34 @@ impl Inventories {
     pub fn single(default: Option<Inventory>) -> Inventories {
         Inventories {
             default,
-            by_vdc: BTreeMap::new(),
+            ..Inventories::default()
         }
     }
 
-    /// Reads the default inventory file and each VDC's.
+    /// Reads the default inventory file and each VDC's; a VDC's file that does not exist is
+    /// as `missing` says.
     ///
     /// # Errors
     /// The first file that cannot be read or is not an inventory (named with its path).
     pub fn read(
         default: Option<&Path>,
         by_vdc: &BTreeMap<String, PathBuf>,
+        missing: Missing,
     ) -> Result<Inventories, ManifestError> {
-        Ok(Inventories {
+        let mut inventories = Inventories {
             default: default.map(manifest::read_inventory).transpose()?,
-            by_vdc: by_vdc
-                .iter()
-                .map(|(vdc, path)| Ok((vdc.clone(), manifest::read_inventory(path)?)))
-                .collect::<Result<_, ManifestError>>()?,
-        })
+            ..Inventories::default()
+        };
+        for (vdc, path) in by_vdc {
+            if missing == Missing::UseDefault && !path.exists() {
+                inventories.not_written.push(vdc.clone());
+                continue;
+            }
+            inventories
+                .by_vdc
+                .insert(vdc.clone(), manifest::read_inventory(path)?);
+        }
+        Ok(inventories)
     }
 
     /// Whether there is no inventory at all.
@@ -207,6 +229,7 @@ mod tests {
                     inventory(&["mgmt-net-c", "storage-net-b"]),
                 ),
             ]),
+            not_written: Vec::new(),
         }
     }
 
@@ -293,5 +316,27 @@ mod tests {
             names(all.for_machine(Some(&cluster), &anywhere)),
             ["mgmt-net-b", "storage-net-b", "mgmt-net-c"]
         );
+    }
+
+    #[test]
+    fn a_vdc_file_not_written_yet_leaves_its_vdc_on_the_default_only_when_allowed() {
+        let dir =
+            std::env::temp_dir().join(format!("nicpolicy-inventories-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let default = dir.join("default.yaml");
+        std::fs::write(&default, "networks:\n  - name: mgmt-net\n").unwrap();
+        let by_vdc = BTreeMap::from([(
+            "eu1-ovdc-prod".to_string(),
+            dir.join("not-yet/eu1-ovdc-prod.yaml"),
+        )]);
+        let read = Inventories::read(Some(&default), &by_vdc, Missing::UseDefault).unwrap();
+        assert_eq!(read.not_written, ["eu1-ovdc-prod"]);
+        assert!(read.by_vdc.is_empty());
+        let refused = Inventories::read(Some(&default), &by_vdc, Missing::Refused).unwrap_err();
+        assert!(
+            refused.to_string().contains("eu1-ovdc-prod.yaml"),
+            "{refused}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -79,14 +79,19 @@ impl Pools {
     pub fn read(
         default: Option<&Path>,
         by_vdc: &BTreeMap<String, std::path::PathBuf>,
+        missing: crate::inventories::Missing,
     ) -> Result<Pools, ManifestError> {
-        Ok(Pools {
+        let mut pools = Pools {
             default: default.map(read_pools).transpose()?.unwrap_or_default(),
-            by_vdc: by_vdc
-                .iter()
-                .map(|(vdc, path)| Ok((vdc.clone(), read_pools(path)?)))
-                .collect::<Result<_, ManifestError>>()?,
-        })
+            by_vdc: BTreeMap::new(),
+        };
+        for (vdc, path) in by_vdc {
+            if missing == crate::inventories::Missing::UseDefault && !path.exists() {
+                continue;
+            }
+            pools.by_vdc.insert(vdc.clone(), read_pools(path)?);
+        }
+        Ok(pools)
     }
 
     /// Whether no inventory counts any pool.

@@ -82,7 +82,8 @@ fn main() {
 
     let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
-    let inventories = Inventories::read(None, &by_vdc).expect("the inventories read");
+    let inventories = Inventories::read(None, &by_vdc, nicpolicy::inventories::Missing::Refused)
+        .expect("the inventories read");
     let inputs = Inputs::read(std::slice::from_ref(&dir)).expect("the generated folder reads");
     let subjects = inputs.subjects(&inventories);
     let read_cpu = procfs::cpu_seconds("self") - cpu;

@@ -168,3 +168,28 @@ settingsFile is read by the pods, not the chart); empty otherwise.
 {{- $policy }}
 {{- end }}
 {{- end }}
+
+{{/* The file of an org VDC's refreshed inventory: what Cloud Director's refresh writes
+(clouddirector::file::file_name), a ConfigMap key. */}}
+{{- define "nicpolicy.vdcFile" -}}
+{{- printf "%s.yaml" (regexReplaceAll "^\\.+" (regexReplaceAll "[^A-Za-z0-9._-]" . "-") "") -}}
+{{- end }}
+
+{{/* The ConfigMap mount of the refreshed inventories (webhook and controller). */}}
+{{- define "nicpolicy.cloudDirectorMount" -}}
+{{- if .Values.cloudDirector.enabled }}
+- name: cloud-director
+  mountPath: /etc/nicpolicy-cloud-director
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Its volume: optional, so a pod starts before the first refresh wrote it. */}}
+{{- define "nicpolicy.cloudDirectorVolume" -}}
+{{- if .Values.cloudDirector.enabled }}
+- name: cloud-director
+  configMap:
+    name: {{ include "nicpolicy.name" . }}-inventories
+    optional: true
+{{- end }}
+{{- end }}

@@ -25,7 +25,7 @@ use std::path::Path;
 
 use nicpolicy_inputs::manifest::{namespace_or_default, ManifestError, ManifestFile, Object};
 
-use crate::inventories::Inventories;
+use crate::inventories::{Inventories, Missing};
 pub use crate::pools::{read_pools, Pool, Pools};
 use nicpolicy_plugin::provisioner::Provisioner;
 use nicpolicy_plugin::IpAllocationMode;
@@ -331,7 +331,7 @@ impl Capacity {
         findings: &[Finding],
         provisioner: &Provisioner,
     ) -> Result<Option<Capacity>, ManifestError> {
-        let pools = Pools::read(default, by_vdc)?;
+        let pools = Pools::read(default, by_vdc, Missing::Refused)?;
         if pools.is_empty() {
             return Ok(None);
         }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use nicpolicy::audit::capacity::Capacity;
 use nicpolicy::audit::summary::by_cluster;
 use nicpolicy::audit::{evaluate_all, Finding, Inputs, Summary, Verdict};
-use nicpolicy::inventories::Inventories;
+use nicpolicy::inventories::{Inventories, Missing};
 use nicpolicy::manifest::ManifestFile;
 use nicpolicy::PolicyChain;
 
@@ -115,7 +115,8 @@ pub fn run(
             "--vdc-inventory names an org VDC twice"
         )));
     }
-    let inventories = Inventories::read(args.inventory.as_deref(), &by_vdc).map_err(usage)?;
+    let inventories =
+        Inventories::read(args.inventory.as_deref(), &by_vdc, Missing::Refused).map_err(usage)?;
     let specs = policy_specs(&args.policy, &args.settings, positions)?;
     let chain = args
         .provisioner

@@ -14,6 +14,8 @@
 //! | `nicpolicy_controller_policy_generation` | | generation of the loaded configuration (rises on reload) |
 //! | `nicpolicy_controller_static_pool_free_addresses` | `ovdc`, `network` | addresses free in a network's static pool (`totalIpCount - usedIpCount`; `ovdc` empty for the default inventory) |
 //! | `nicpolicy_controller_static_pool_rollout_addresses` | `ovdc`, `network` | the most addresses one rollout (MachineDeployment, KubeadmControlPlane) would take from it |
+//! | `nicpolicy_controller_inventory_refreshes_total` | `result` | refreshes of the inventories from Cloud Director (`cloudDirector`): `written`, `unchanged`, `failed` |
+//! | `nicpolicy_controller_inventory_refresh_success_timestamp_seconds` | | when the inventories were last read from Cloud Director in full |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -76,6 +78,10 @@ pub struct Metrics {
     pub pool_free: Family<PoolLabels, Gauge>,
     /// The largest rollout's need per static pool.
     pub pool_rollout: Family<PoolLabels, Gauge>,
+    /// Inventory refreshes by result.
+    pub inventory_refreshes: Family<ResultLabel, Counter>,
+    /// Unix time of the last successful refresh.
+    pub inventory_refreshed: Gauge,
 }
 
 impl Default for Metrics {
@@ -103,6 +109,8 @@ impl Metrics {
             unguarded_kinds: crate::guard::UnguardedGauge::default(),
             pool_free: Family::default(),
             pool_rollout: Family::default(),
+            inventory_refreshes: Family::default(),
+            inventory_refreshed: Gauge::default(),
         };
         crate::guard::register(&mut registry, &metrics.unguarded_kinds);
         registry.register(
@@ -160,6 +168,16 @@ impl Metrics {
             "static_pool_rollout_addresses",
             "The most addresses one rollout would take from a network's static pool",
             metrics.pool_rollout.clone(),
+        );
+        registry.register(
+            "inventory_refreshes",
+            "Refreshes of the inventories from Cloud Director, by result",
+            metrics.inventory_refreshes.clone(),
+        );
+        registry.register(
+            "inventory_refresh_success_timestamp_seconds",
+            "Unix time the inventories were last read from Cloud Director in full",
+            metrics.inventory_refreshed.clone(),
         );
         Metrics {
             registry,

@@ -12,6 +12,9 @@
 //! - a Warning Event on each object that newly fails ([`events`]), deduplicated, rate-limited;
 //! - Prometheus metrics ([`metrics`]) on `/metrics`, beside `/healthz` and `/readyz`.
 //!
+//! With `cloudDirector` in the configuration, the leader also refreshes the org VDCs'
+//! inventories from Cloud Director into a ConfigMap (`refresh`, feature `clouddirector`).
+//!
 //! Policy files are reloaded as `serve` reloads them, every namespace is evaluated again after
 //! a reload and on a resync period, only the holder of a Lease writes ([`lease`]), and the
 //! objects audited are never written.
@@ -19,6 +22,8 @@
 pub mod events;
 pub mod lease;
 pub mod metrics;
+#[cfg(feature = "clouddirector")]
+pub mod refresh;
 pub mod report;
 pub mod retry;
 mod state;
@@ -222,6 +227,16 @@ pub async fn run(
         }
     }
 
+    // The inventories refreshed from Cloud Director, by the leader, when configured.
+    #[cfg(feature = "clouddirector")]
+    if options.config.cloud_director.is_some() {
+        tokio::spawn(refresh::run(
+            client.clone(),
+            shared.clone(),
+            served.clone(),
+            stop_rx.clone(),
+        ));
+    }
     let mut worker = Worker::new(client, shared.clone(), watched, served, candidate, options);
     worker.run(stop_rx).await;
     if let Some(lease) = lease {

@@ -161,7 +161,8 @@ fn result_word(verdict: Verdict) -> &'static str {
     }
 }
 
-fn cut(text: &str) -> String {
+/// `text` cut to [`MAX_MESSAGE`] bytes (on a character boundary), `...` marking a cut.
+pub(super) fn cut(text: &str) -> String {
     if text.len() <= MAX_MESSAGE {
         return text.to_string();
     }

@@ -24,7 +24,7 @@ use nicpolicy_engine::error::LoadError;
 use nicpolicy_engine::spec::PolicySpec;
 use nicpolicy_inputs::manifest::ManifestError;
 
-use crate::inventories::Inventories;
+use crate::inventories::{Inventories, Missing};
 use crate::pools::Pools;
 
 /// Why a configuration's policies could not be made ready.
@@ -232,8 +232,19 @@ impl Served {
             }
             chains.insert(*kind, chain);
         }
-        let inventories = Inventories::read(config.inventory.as_deref(), &config.inventories)?;
-        let pools = Pools::read(config.inventory.as_deref(), &config.inventories)?;
+        // With `cloudDirector`, the controller writes the VDCs' files: one not written yet
+        // leaves its VDC on the default.
+        let missing = if config.cloud_director.is_some() {
+            Missing::UseDefault
+        } else {
+            Missing::Refused
+        };
+        let inventories =
+            Inventories::read(config.inventory.as_deref(), &config.inventories, missing)?;
+        for vdc in &inventories.not_written {
+            tracing::warn!(generation, ovdc = %vdc, "the org VDC's inventory is not written yet; the default inventory serves it");
+        }
+        let pools = Pools::read(config.inventory.as_deref(), &config.inventories, missing)?;
         Ok(Served {
             generation,
             config,

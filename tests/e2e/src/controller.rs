@@ -69,6 +69,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Extra arguments.
     pub args: Vec<String>,
+    /// Appended to the shipped nicpolicy.yaml before the start.
+    pub config: String,
 }
 
 impl Settings {
@@ -81,6 +83,7 @@ impl Settings {
             candidate: true,
             resync: Duration::from_secs(3600),
             args: Vec::new(),
+            config: String::new(),
         }
     }
 }
@@ -139,6 +142,12 @@ impl Controller {
     pub async fn start(plane: &ControlPlane, settings: &Settings) -> Controller {
         let kubeconfig = controller_kubeconfig(plane);
         let dir = shipped_config(plane, &format!("controller-{}", settings.identity));
+        if !settings.config.is_empty() {
+            let path = dir.join("nicpolicy.yaml");
+            let shipped = std::fs::read_to_string(&path).expect("the shipped configuration");
+            std::fs::write(&path, format!("{shipped}\n{}", settings.config))
+                .expect("the configuration");
+        }
         let port = free_port();
         let mut command = nicpolicy_command("controller", &kubeconfig);
         command

@@ -10,12 +10,15 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nicpolicy_e2e::controller::{
     eventually, report, report_of, report_of_until, report_until, reports, results_of, ReportKind,
-    Settings,
+    Settings, NAMESPACE,
 };
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
 use nicpolicy_e2e::webhook::edit_config;
 use nicpolicy_e2e::{shared, ControlPlane, Controller, Crds};
 use serde_json::{json, Value};
+
+#[path = "../../../host/tests/vcd_double/mod.rs"]
+mod vcd_double;
 
 /// How long a change may take to reach a report: a watch event, the debounce (200 ms), one
 /// evaluation and one write; generous for two shared cores.
@@ -936,6 +939,232 @@ spec:
         },
     )
     .await;
+}
+
+/// The chart's Role for the refresh (the token's Secret, the inventories' ConfigMap), rendered
+/// with the refresh on, applied in nicpolicy-system.
+fn apply_refresh_rbac(kubectl: &nicpolicy_e2e::Kubectl) {
+    let output = std::process::Command::new(&nicpolicy_e2e::binaries().helm)
+        .args([
+            "template",
+            "nicpolicy",
+            "charts/nicpolicy",
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "image.repository=registry.example.net/platform/nicpolicy",
+            "--set",
+            "controller.enabled=true,cloudDirector.enabled=true,cloudDirector.site=https://vcd.eu1.example.net,cloudDirector.org=eu1-platform,cloudDirector.vdcs={eu1-ovdc-prod}",
+            "--show-only",
+            "templates/controller.yaml",
+        ])
+        .current_dir(nicpolicy_e2e::workspace())
+        .output()
+        .expect("helm runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let objects =
+        nicpolicy_e2e::fixtures::yaml_objects(std::str::from_utf8(&output.stdout).expect("UTF-8"));
+    // helm template leaves the release namespace out of the objects' metadata.
+    let rbac: Vec<String> = objects
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == "nicpolicy-controller-cloud-director")
+        .map(|mut o| {
+            o["metadata"]["namespace"] = NAMESPACE.into();
+            serde_json::to_string(&o).expect("JSON")
+        })
+        .collect();
+    assert_eq!(rbac.len(), 2, "the Role and its binding");
+    for object in rbac {
+        kubectl.apply(&object);
+    }
+}
+
+#[tokio::test]
+async fn the_controller_refreshes_the_inventories_from_cloud_director() {
+    use vcd_double::{Faults, Site, API_TOKEN};
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let client = plane.client().await;
+    let site = Site::start(Faults::default());
+    // prod-eu1's clusters are in eu1-ovdc-prod, the double's production VDC.
+    let ns = "audit-refresh";
+    cluster_namespace(&kubectl, ns);
+    machine(&client, ns, "audit-refresh-md-0-a", ns, &["storage-net"]).await;
+    let controller_dir = |c: &Controller| c.dir.clone();
+    // Controller::start installs the controller's RBAC and namespace; the refresh's own comes
+    // from the chart, the token from a Secret of its own.
+    let settings = Settings {
+        config: format!(
+            "inventories:\n  eu1-ovdc-prod: cloud-director/eu1-ovdc-prod.yaml\ncloudDirector:\n  \
+             site: {}\n  org: eu1-platform\n  tokenSecret: {{name: nicpolicy-vcd-token}}\n  \
+             namespace: {NAMESPACE}\n  refreshInterval: 1s\n  configMap: nicpolicy-inventories\n",
+            site.url()
+        ),
+        ..Settings::single("refresh")
+    };
+    nicpolicy_e2e::controller::controller_kubeconfig(&plane);
+    apply_refresh_rbac(&kubectl);
+    kubectl.run(&[
+        "delete",
+        "secret",
+        "nicpolicy-vcd-token",
+        "-n",
+        NAMESPACE,
+        "--ignore-not-found",
+    ]);
+    kubectl.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "nicpolicy-vcd-token",
+        "-n",
+        NAMESPACE,
+        &format!("--from-literal=token={API_TOKEN}"),
+    ]);
+    let controller = Controller::start(&plane, &settings).await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let refreshes = |result: &'static str| {
+        let controller = &controller;
+        async move {
+            controller
+                .metric(&format!(
+                    "nicpolicy_controller_inventory_refreshes_total{{result=\"{result}\"}}"
+                ))
+                .await
+        }
+    };
+    let until = |what: &str, deadline: Duration| {
+        let what = what.to_string();
+        let start = Instant::now();
+        move |done: bool| {
+            assert!(
+                done || start.elapsed() < deadline,
+                "{what} did not happen within {deadline:?}"
+            );
+            done
+        }
+    };
+    // The first refresh writes the ConfigMap: a file per VDC, as `inventory import` writes it.
+    let check = until("the first refresh", Duration::from_secs(30));
+    while !check(refreshes("written").await >= 1.0) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let written = configmaps
+        .get("nicpolicy-inventories")
+        .await
+        .expect("written");
+    let data = written.data.clone().expect("data");
+    let prod = data
+        .get("eu1-ovdc-prod.yaml")
+        .expect("eu1-ovdc-prod's file");
+    assert!(prod.contains("- name: storage-net\n"), "{prod}");
+    assert!(prod.contains("usedIpCount: 178"), "{prod}");
+    // Refreshes that read the same networks write nothing.
+    let check = until("an unchanged refresh", Duration::from_secs(30));
+    while !check(refreshes("unchanged").await >= 2.0) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let again = configmaps
+        .get("nicpolicy-inventories")
+        .await
+        .expect("there");
+    assert_eq!(
+        again.metadata.resource_version,
+        written.metadata.resource_version
+    );
+    // What the kubelet does with the pods' ConfigMap volume: the files appear beside the
+    // configuration, and the controller (like the webhook) reloads them.
+    let project = |data: &std::collections::BTreeMap<String, String>| {
+        let dir = controller_dir(&controller).join("cloud-director");
+        std::fs::create_dir_all(&dir).expect("the mount");
+        for (key, text) in data {
+            std::fs::write(dir.join(key), text).expect("a projected file");
+        }
+    };
+    project(&data);
+    report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "the machine passing",
+        |r| verdict(r, "audit-refresh-md-0-a").as_deref() == Some("pass"),
+    )
+    .await;
+
+    // storage-net is deleted in Cloud Director: the next refresh drops it, and every machine
+    // that uses it is reported.
+    site.set_faults(Faults {
+        withdrawn: vec!["storage-net".to_string()],
+        ..Faults::default()
+    });
+    let check = until("the refresh without storage-net", Duration::from_secs(30));
+    loop {
+        let now = configmaps
+            .get("nicpolicy-inventories")
+            .await
+            .expect("there");
+        let text = now
+            .data
+            .as_ref()
+            .and_then(|d| d.get("eu1-ovdc-prod.yaml"))
+            .cloned()
+            .unwrap_or_default();
+        if check(!text.contains("- name: storage-net\n")) {
+            project(now.data.as_ref().expect("data"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (report, _) = report_until(
+        &client,
+        ns,
+        REPORT_DEADLINE,
+        &controller,
+        "storage-net gone",
+        |r| verdict(r, "audit-refresh-md-0-a").as_deref() == Some("fail"),
+    )
+    .await;
+    let gone = result(&report, "audit-refresh-md-0-a").expect("reported");
+    assert_eq!(gone["properties"]["reason"], "NotFound", "{gone}");
+
+    // Cloud Director out of reach: the last inventories stay, the failure shows in the metric
+    // and an Event, and readiness does not follow it.
+    let before = configmaps
+        .get("nicpolicy-inventories")
+        .await
+        .expect("there");
+    site.set_faults(Faults {
+        unavailable: usize::MAX,
+        ..Faults::default()
+    });
+    let check = until("a failed refresh", Duration::from_secs(60));
+    while !check(refreshes("failed").await >= 1.0) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = configmaps.get("nicpolicy-inventories").await.expect("kept");
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.data, before.data);
+    let events = events_about(&client, NAMESPACE, "nicpolicy-inventories").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InventoryRefreshFailed")),
+        "{events:?}"
+    );
+    assert!(
+        controller.ready().await,
+        "readiness does not follow Cloud Director"
+    );
+    kubectl.run(&["delete", "secret", "nicpolicy-vcd-token", "-n", NAMESPACE]);
 }
 
 #[tokio::test]

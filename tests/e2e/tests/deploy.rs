@@ -705,6 +705,13 @@ fn the_charts_backstop_is_what_nicpolicy_export_backstop_writes() {
         ("the chart's defaults", String::new(), 2),
         ("the defaults with an inventory", inventory.to_string(), 2),
         (
+            "inventories refreshed from Cloud Director",
+            format!(
+                "{inventory}cloudDirector:\n  enabled: true\n  site: https://vcd.eu1.example.net\n  org: platform\n  vdcs: [eu1-ovdc-prod]\n"
+            ),
+            2,
+        ),
+        (
             "inventories per org VDC",
             format!(
                 "{inventory}inventories:\n  eu1-ovdc-prod:\n    networks:\n      - {{name: mgmt-net}}\n      - {{name: replication-net}}\n  eu1 ovdc stage:\n    networks:\n      - {{name: stage-net}}\n"

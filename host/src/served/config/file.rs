@@ -25,6 +25,7 @@ pub struct ConfigFile {
     pub on_unknown_cluster: Option<UnknownClusterMode>,
     pub inventory: Option<PathBuf>,
     pub inventories: Option<BTreeMap<String, PathBuf>>,
+    pub cloud_director: Option<CloudDirector>,
     pub clusters: Option<Clusters>,
     pub evaluation: Option<Evaluation>,
     pub max_request_bytes: Option<Size>,
@@ -87,6 +88,25 @@ pub struct Provisioner {
     pub applies: Option<Vec<PlanField>>,
     pub builds: Option<Builds>,
     pub on_unapplied: Option<OnUnapplied>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloudDirector {
+    pub site: String,
+    pub org: String,
+    pub token_secret: TokenSecret,
+    pub namespace: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    pub refresh_interval: Option<String>,
+    pub config_map: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenSecret {
+    pub name: String,
+    pub key: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -226,6 +226,29 @@ pub struct TlsFiles {
     pub reload_interval: Duration,
 }
 
+/// Where and how often the controller refreshes the org VDCs' inventories from Cloud Director
+/// (`cloudDirector`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloudDirectorConfig {
+    /// The site (`https://vcd.example.net`).
+    pub site: String,
+    /// The org.
+    pub org: String,
+    /// The Secret holding a read-only API token (never CAPVCD's).
+    pub token_secret: String,
+    /// Its key (default `token`).
+    pub token_key: String,
+    /// The namespace of the Secret and the ConfigMap (default `$POD_NAMESPACE`, else
+    /// `nicpolicy-system`).
+    pub namespace: String,
+    /// A PEM CA bundle for the site, beside the system's.
+    pub ca_file: Option<PathBuf>,
+    /// How often.
+    pub refresh_interval: Duration,
+    /// The ConfigMap the inventories are written to, a key per VDC.
+    pub config_map: String,
+}
+
 /// A checked configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeConfig {
@@ -245,6 +268,9 @@ pub struct ServeConfig {
     pub inventory: Option<PathBuf>,
     /// The inventory file of each org VDC, by its name ([`crate::inventories`]).
     pub inventories: BTreeMap<String, PathBuf>,
+    /// Where the controller refreshes those inventories from (`cloudDirector`); with it, an
+    /// `inventories` file not written yet is no error: that VDC has the default until it is.
+    pub cloud_director: Option<CloudDirectorConfig>,
     /// Where VCDClusters come from.
     pub clusters: ClusterSourceConfig,
     /// Evaluations running at once.
@@ -361,6 +387,7 @@ impl ServeConfig {
             on_unknown_cluster: DEFAULTS.unknown_cluster,
             inventory: None,
             inventories: BTreeMap::new(),
+            cloud_director: None,
             clusters: ClusterSourceConfig::Kubernetes {
                 cluster_api_version: None,
             },
@@ -446,6 +473,10 @@ impl ServeConfig {
             on_unknown_cluster: raw.on_unknown_cluster.unwrap_or(DEFAULTS.unknown_cluster),
             inventory: raw.inventory.as_deref().map(|p| reader.resolve(p)),
             inventories: reader.inventories(raw.inventories.as_ref())?,
+            cloud_director: reader.cloud_director(
+                raw.cloud_director.as_ref(),
+                raw.inventories.as_ref().is_some_and(|i| !i.is_empty()),
+            )?,
             clusters: reader.clusters(raw.clusters.as_ref())?,
             workers: evaluation.workers,
             queue_timeout: evaluation.queue_timeout,
@@ -501,6 +532,7 @@ impl ServeConfig {
         }
         files.extend(self.inventory.iter().cloned());
         files.extend(self.inventories.values().cloned());
+        files.extend(self.cloud_director.iter().filter_map(|c| c.ca_file.clone()));
         if let ClusterSourceConfig::Static { files: f } = &self.clusters {
             files.extend(f.iter().cloned());
         }
@@ -891,6 +923,82 @@ impl Reader<'_> {
             queue_timeout,
             inline_budget,
         })
+    }
+
+    /// `cloudDirector`: the site, org and token the controller refreshes `inventories` with.
+    fn cloud_director(
+        &self,
+        raw: Option<&file::CloudDirector>,
+        names_vdcs: bool,
+    ) -> Result<Option<CloudDirectorConfig>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        if !(raw.site.starts_with("https://") || raw.site.starts_with("http://")) {
+            return Err(self.error(
+                "cloudDirector.site",
+                format!(
+                    "{:?} is not an https:// URL of the Cloud Director site",
+                    raw.site
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("cloudDirector.org", raw.org.as_str()),
+            (
+                "cloudDirector.tokenSecret.name",
+                raw.token_secret.name.as_str(),
+            ),
+        ] {
+            if value.trim().is_empty() {
+                return Err(self.error(field, "must not be empty"));
+            }
+        }
+        if !names_vdcs {
+            return Err(self.error(
+                "cloudDirector",
+                "refreshes the inventories of the org VDCs `inventories` names, and it names none",
+            ));
+        }
+        let refresh_interval = self.duration(
+            "cloudDirector.refreshInterval",
+            &raw.refresh_interval,
+            Duration::from_secs(600),
+        )?;
+        if refresh_interval < Duration::from_secs(1) {
+            return Err(self.error("cloudDirector.refreshInterval", "must be at least 1s"));
+        }
+        let config_map = raw
+            .config_map
+            .clone()
+            .unwrap_or_else(|| "nicpolicy-inventories".to_string());
+        if config_map.is_empty()
+            || config_map.len() > 253
+            || !config_map
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        {
+            return Err(self.error(
+                "cloudDirector.configMap",
+                format!("{config_map:?} is not a ConfigMap name"),
+            ));
+        }
+        Ok(Some(CloudDirectorConfig {
+            site: raw.site.clone(),
+            org: raw.org.clone(),
+            token_secret: raw.token_secret.name.clone(),
+            token_key: raw
+                .token_secret
+                .key
+                .clone()
+                .unwrap_or_else(|| "token".to_string()),
+            namespace: raw.namespace.clone().unwrap_or_else(|| {
+                std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "nicpolicy-system".to_string())
+            }),
+            ca_file: raw.ca_file.as_deref().map(|p| self.resolve(p)),
+            refresh_interval,
+            config_map,
+        }))
     }
 
     /// `inventories`: each org VDC's inventory file, resolved.
@@ -1426,6 +1534,57 @@ reload: {interval: 1s}
             ))
             .expect_err(text)
             .to_string();
+            assert!(err.contains(field), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn cloud_director_names_the_site_token_and_configmap_of_the_refresh() {
+        let base = "policies: {VCDMachine: [{builtin: capvcd}]}\ninventories: {eu1-ovdc-prod: cloud-director/eu1-ovdc-prod.yaml}\n";
+        let config = parse(&format!(
+            "{base}cloudDirector:\n  site: https://vcd.eu1.example.net\n  org: platform\n  \
+             tokenSecret: {{name: nicpolicy-vcd-token}}\n  namespace: nicpolicy-system\n  \
+             caFile: ca.pem\n  refreshInterval: 5m\n"
+        ))
+        .expect("valid");
+        let refresh = config.cloud_director.clone().expect("a refresh");
+        assert_eq!(refresh.token_key, "token");
+        assert_eq!(refresh.config_map, "nicpolicy-inventories");
+        assert_eq!(refresh.refresh_interval, Duration::from_secs(300));
+        assert_eq!(
+            refresh.ca_file,
+            Some(PathBuf::from("/etc/nicpolicy/ca.pem"))
+        );
+        assert!(config
+            .watched_files()
+            .contains(&PathBuf::from("/etc/nicpolicy/ca.pem")));
+        for (text, field) in [
+            (
+                format!("{base}cloudDirector: {{site: vcd.example.net, org: platform, tokenSecret: {{name: t}}}}"),
+                "cloudDirector.site",
+            ),
+            (
+                format!("{base}cloudDirector: {{site: 'https://vcd', org: '', tokenSecret: {{name: t}}}}"),
+                "cloudDirector.org",
+            ),
+            (
+                format!("{base}cloudDirector: {{site: 'https://vcd', org: o, tokenSecret: {{name: t}}, configMap: Inventories}}"),
+                "cloudDirector.configMap",
+            ),
+            (
+                format!("{base}cloudDirector: {{site: 'https://vcd', org: o, tokenSecret: {{name: t}}, refreshInterval: 10ms}}"),
+                "cloudDirector.refreshInterval",
+            ),
+            (
+                "policies: {VCDMachine: [{builtin: capvcd}]}\ncloudDirector: {site: 'https://vcd', org: o, tokenSecret: {name: t}}".to_string(),
+                "cloudDirector",
+            ),
+            (
+                format!("{base}cloudDirector: {{site: 'https://vcd', org: o, token: abc}}"),
+                "cloudDirector",
+            ),
+        ] {
+            let err = parse(&text).expect_err(&text).to_string();
             assert!(err.contains(field), "{text}: {err}");
         }
     }
