@@ -72,6 +72,27 @@ fn verdict(report: &Value, name: &str) -> Option<String> {
 }
 
 /// The Events about `name` in `namespace`.
+/// Waits until `namespace`'s report gives `name` the result `want` (`pass`, `fail`), and
+/// returns the report.
+async fn verdict_until(
+    client: &kube::Client,
+    namespace: &str,
+    controller: &Controller,
+    name: &str,
+    want: &str,
+) -> Value {
+    report_until(
+        client,
+        namespace,
+        REPORT_DEADLINE,
+        controller,
+        &format!("{name}: {want}"),
+        |r| verdict(r, name).as_deref() == Some(want),
+    )
+    .await
+    .0
+}
+
 async fn events_about(client: &kube::Client, namespace: &str, name: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     events
@@ -849,15 +870,7 @@ spec:
 "
     ));
     let controller = Controller::start(&plane, &Settings::single("pools")).await;
-    report_until(
-        &client,
-        ns,
-        REPORT_DEADLINE,
-        &controller,
-        "the template",
-        |r| verdict(r, &format!("{ns}-md-0")).as_deref() == Some("pass"),
-    )
-    .await;
+    verdict_until(&client, ns, &controller, &format!("{ns}-md-0"), "pass").await;
     // Cloud Director's counts arrive in the inventory (as `nicpolicy inventory import` writes
     // them): storage-net has 3 addresses free, the rollout needs 5.
     edit_config(
@@ -1087,15 +1100,7 @@ async fn the_controller_refreshes_the_inventories_from_cloud_director() {
         }
     };
     project(&data);
-    report_until(
-        &client,
-        ns,
-        REPORT_DEADLINE,
-        &controller,
-        "the machine passing",
-        |r| verdict(r, "audit-refresh-md-0-a").as_deref() == Some("pass"),
-    )
-    .await;
+    verdict_until(&client, ns, &controller, "audit-refresh-md-0-a", "pass").await;
 
     // storage-net is deleted in Cloud Director: the next refresh drops it, and every machine
     // that uses it is reported.
@@ -1121,15 +1126,7 @@ async fn the_controller_refreshes_the_inventories_from_cloud_director() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (report, _) = report_until(
-        &client,
-        ns,
-        REPORT_DEADLINE,
-        &controller,
-        "storage-net gone",
-        |r| verdict(r, "audit-refresh-md-0-a").as_deref() == Some("fail"),
-    )
-    .await;
+    let report = verdict_until(&client, ns, &controller, "audit-refresh-md-0-a", "fail").await;
     let gone = result(&report, "audit-refresh-md-0-a").expect("reported");
     assert_eq!(gone["properties"]["reason"], "NotFound", "{gone}");
 
