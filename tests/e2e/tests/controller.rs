@@ -14,7 +14,7 @@ use nicpolicy_e2e::controller::{
 };
 use nicpolicy_e2e::fixtures::{api, cluster_namespace, create, worker};
 use nicpolicy_e2e::webhook::edit_config;
-use nicpolicy_e2e::{shared, ControlPlane, Controller, Crds};
+use nicpolicy_e2e::{shared, ControlPlane, Controller, Crds, Webhook};
 use serde_json::{json, Value};
 
 #[path = "../../../host/tests/vcd_double/mod.rs"]
@@ -1090,17 +1090,35 @@ async fn the_controller_refreshes_the_inventories_from_cloud_director() {
         again.metadata.resource_version,
         written.metadata.resource_version
     );
-    // What the kubelet does with the pods' ConfigMap volume: the files appear beside the
-    // configuration, and the controller (like the webhook) reloads them.
+    // The webhook, with the same configuration (its own directory, as its own pod's mounts).
+    let webhook_dir = plane.dir.join("webhook-refresh");
+    std::fs::create_dir_all(&webhook_dir).expect("the webhook's directory");
+    for file in ["nicpolicy.yaml", "inventory.yaml"] {
+        std::fs::copy(
+            controller_dir(&controller).join(file),
+            webhook_dir.join(file),
+        )
+        .expect("the configuration");
+    }
+    let mut webhook = Webhook::start(&plane, &webhook_dir).await;
+    webhook.register().await;
+    // What the kubelet does with both pods' ConfigMap volume: the files appear beside the
+    // configuration, and the controller and the webhook reload them.
     let project = |data: &std::collections::BTreeMap<String, String>| {
-        let dir = controller_dir(&controller).join("cloud-director");
-        std::fs::create_dir_all(&dir).expect("the mount");
-        for (key, text) in data {
-            std::fs::write(dir.join(key), text).expect("a projected file");
+        for base in [controller_dir(&controller), webhook_dir.clone()] {
+            let dir = base.join("cloud-director");
+            std::fs::create_dir_all(&dir).expect("the mount");
+            for (key, text) in data {
+                std::fs::write(dir.join(key), text).expect("a projected file");
+            }
         }
     };
     project(&data);
     verdict_until(&client, ns, &controller, "audit-refresh-md-0-a", "pass").await;
+    let probe = worker(ns, "audit-refresh-md-0-b", Some(ns), Some(&["storage-net"]));
+    create(&client, &probe, true)
+        .await
+        .expect("storage-net is a network of eu1-ovdc-prod");
 
     // storage-net is deleted in Cloud Director: the next refresh drops it, and every machine
     // that uses it is reported.
@@ -1129,6 +1147,20 @@ async fn the_controller_refreshes_the_inventories_from_cloud_director() {
     let report = verdict_until(&client, ns, &controller, "audit-refresh-md-0-a", "fail").await;
     let gone = result(&report, "audit-refresh-md-0-a").expect("reported");
     assert_eq!(gone["properties"]["reason"], "NotFound", "{gone}");
+    // The webhook judges with the refreshed inventory too: a new machine on storage-net is
+    // denied once it reloaded the files (checked every 2 s).
+    let check = until("the webhook's denial", Duration::from_secs(30));
+    loop {
+        let denied = create(&client, &probe, true)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        if check(denied.as_deref().is_some_and(|e| e.contains("storage-net"))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(webhook);
 
     // Cloud Director out of reach: the last inventories stay, the failure shows in the metric
     // and an Event, and readiness does not follow it.
