@@ -227,16 +227,14 @@ pub async fn run(
         }
     }
 
-    // The inventories refreshed from Cloud Director, by the leader, when configured.
+    // The inventories refreshed from Cloud Director, by the leader, while configured.
     #[cfg(feature = "clouddirector")]
-    if options.config.cloud_director.is_some() {
-        tokio::spawn(refresh::run(
-            client.clone(),
-            shared.clone(),
-            served.clone(),
-            stop_rx.clone(),
-        ));
-    }
+    tokio::spawn(refresh::run(
+        client.clone(),
+        shared.clone(),
+        served.clone(),
+        stop_rx.clone(),
+    ));
     let mut worker = Worker::new(client, shared.clone(), watched, served, candidate, options);
     worker.run(stop_rx).await;
     if let Some(lease) = lease {

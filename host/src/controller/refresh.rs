@@ -25,6 +25,9 @@ use crate::served::ServedPolicies;
 use super::metrics::Metrics;
 use super::state::{Shared, MANAGER};
 
+/// How often a configuration without `cloudDirector` is looked at again.
+const UNCONFIGURED_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why a refresh did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum RefreshError {
@@ -63,7 +66,8 @@ pub enum Refreshed {
 }
 
 /// Refreshes the inventories every `cloudDirector.refreshInterval` while this replica leads,
-/// the first time at once, until `stop`.
+/// the first time at once, until `stop`. The configuration is read at every round: a reload
+/// that adds `cloudDirector` starts the refreshes, one that removes it pauses them.
 pub(super) async fn run(
     client: kube::Client,
     shared: Arc<Shared>,
@@ -80,7 +84,12 @@ pub(super) async fn run(
     loop {
         let snapshot = served.get();
         let Some(config) = snapshot.config.cloud_director.clone() else {
-            return;
+            drop(snapshot);
+            tokio::select! {
+                _ = tokio::time::sleep(UNCONFIGURED_CHECK) => {}
+                _ = stop.changed() => return,
+            }
+            continue;
         };
         let vdcs: Vec<String> = snapshot.config.inventories.keys().cloned().collect();
         drop(snapshot);
