@@ -189,13 +189,15 @@ pub fn export(served: &Served, options: &Options) -> Result<Export, BackstopErro
     // network is left to the webhook.
     if !served.inventories.is_empty() && served.config.cloud_director.is_none() {
         // kube-apiserver cannot tell a machine's org VDC (that takes its VCDCluster): the
-        // backstop knows a network when any VDC's inventory has it.
-        let mut every = nicpolicy_plugin::Inventory::default();
-        for network in served.inventories.all().flat_map(|i| &i.networks) {
-            if every.networks.iter().all(|n| n.name != network.name) {
-                every.networks.push(network.clone());
-            }
-        }
+        // backstop knows a network when any VDC's inventory has it (`inventory_param` sorts
+        // and deduplicates the names).
+        let every = nicpolicy_plugin::Inventory {
+            networks: served
+                .inventories
+                .all()
+                .flat_map(|i| i.networks.iter().cloned())
+                .collect(),
+        };
         params.insert(INVENTORY_PARAM.to_string(), inventory_param(&every));
     }
     let mut kinds = BTreeMap::new();

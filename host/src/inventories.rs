@@ -16,10 +16,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nicpolicy_inputs::manifest::{self, ManifestError, ManifestFile, Object};
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile, Object};
 use nicpolicy_plugin::{Cluster, Inventory, Machine};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+
+use crate::pools::{Pool, Pools};
 
 /// The inventories of a deployment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,6 +33,8 @@ pub struct Inventories {
     /// The org VDCs whose file is not written yet ([`Missing::UseDefault`]): they have the
     /// default until it is.
     pub not_written: Vec<String>,
+    /// The static pools the same files count ([`crate::pools`]).
+    pub pools: Pools,
 }
 
 /// What an org VDC's inventory file that does not exist is.
@@ -75,18 +79,20 @@ impl Inventories {
         by_vdc: &BTreeMap<String, PathBuf>,
         missing: Missing,
     ) -> Result<Inventories, ManifestError> {
-        let mut inventories = Inventories {
-            default: default.map(manifest::read_inventory).transpose()?,
-            ..Inventories::default()
-        };
+        let mut inventories = Inventories::default();
+        if let Some(path) = default {
+            let (inventory, pools) = read_file(path)?;
+            inventories.default = Some(inventory);
+            inventories.pools.default = pools;
+        }
         for (vdc, path) in by_vdc {
             if missing == Missing::UseDefault && !path.exists() {
                 inventories.not_written.push(vdc.clone());
                 continue;
             }
-            inventories
-                .by_vdc
-                .insert(vdc.clone(), manifest::read_inventory(path)?);
+            let (inventory, pools) = read_file(path)?;
+            inventories.by_vdc.insert(vdc.clone(), inventory);
+            inventories.pools.by_vdc.insert(vdc.clone(), pools);
         }
         Ok(inventories)
     }
@@ -168,28 +174,67 @@ impl Inventories {
     }
 }
 
+/// The inventory file at `path`, read once: its inventory and the pools its networks count.
+fn read_file(path: &Path) -> Result<(Inventory, BTreeMap<String, Pool>), ManifestError> {
+    let file = ManifestFile::read(path)?;
+    let inventory = file.inventory()?;
+    Ok((inventory, pools_of(&file)?))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountedNetwork {
+    name: String,
+    #[serde(default)]
+    total_ip_count: Option<u64>,
+    #[serde(default)]
+    used_ip_count: Option<u64>,
+}
+
+/// The pools of inventory `file` whose networks carry both counts, by network name.
+///
+/// # Errors
+/// A count that is not a whole number (named with its path), or a network that uses more than
+/// it has.
+pub fn pools_of(file: &ManifestFile) -> Result<BTreeMap<String, Pool>, ManifestError> {
+    let mut pools = BTreeMap::new();
+    members(file, |object, i, network: CountedNetwork| {
+        if let (Some(total), Some(used)) = (network.total_ip_count, network.used_ip_count) {
+            if used > total {
+                return Err(file.field_error(
+                    object,
+                    &format!("networks[{i}].usedIpCount"),
+                    format!("{used} is more than totalIpCount {total}"),
+                ));
+            }
+            pools.insert(network.name, Pool { total, used });
+        }
+        Ok(())
+    })?;
+    Ok(pools)
+}
+
 #[derive(Deserialize)]
 struct Members<T> {
     #[serde(default = "Vec::new")]
     networks: Vec<T>,
 }
 
-/// Reads each network of the inventory file at `path` as `T`, the members a host-side reader
-/// wants of it (the guest's, the pool counts: never sent to policies), and hands each to
-/// `each` with its file, document and index.
+/// Reads each network of inventory `file` as `T`, the members a host-side reader wants of it
+/// (the guest's, the pool counts: never sent to policies), and hands each to `each` with its
+/// document and index.
 ///
 /// # Errors
-/// The file cannot be read, a member has the wrong type (named with its path), or `each`'s.
-pub fn read_members<T: DeserializeOwned>(
-    path: &Path,
-    mut each: impl FnMut(&ManifestFile, &Object, usize, T) -> Result<(), ManifestError>,
+/// A member has the wrong type (named with its path), or `each`'s.
+pub fn members<T: DeserializeOwned>(
+    file: &ManifestFile,
+    mut each: impl FnMut(&Object, usize, T) -> Result<(), ManifestError>,
 ) -> Result<(), ManifestError> {
-    let file = ManifestFile::read(path)?;
     for object in &file.objects {
         let members: Members<T> = serde_path_to_error::deserialize(&object.value)
             .map_err(|err| file.field_error(object, &err.path().to_string(), err.inner()))?;
         for (i, member) in members.networks.into_iter().enumerate() {
-            each(&file, object, i, member)?;
+            each(object, i, member)?;
         }
     }
     Ok(())
@@ -229,7 +274,7 @@ mod tests {
                     inventory(&["mgmt-net-c", "storage-net-b"]),
                 ),
             ]),
-            not_written: Vec::new(),
+            ..Inventories::default()
         }
     }
 

@@ -31,7 +31,7 @@ use nicpolicy_plugin::{Inventory, IpAllocationMode, Nic, Role};
 use serde::{Deserialize, Serialize};
 
 use crate::vcd::VmNics;
-use nicpolicy_inputs::manifest::ManifestError;
+use nicpolicy_inputs::manifest::{ManifestError, ManifestFile};
 
 /// What only the guest needs of an org VDC network, read from the same inventory file as the
 /// [`Inventory`] (these fields are not sent to policies).
@@ -68,8 +68,9 @@ pub struct Route {
 /// # Errors
 /// The file cannot be read, or a guest field has the wrong type (named with its path).
 pub fn read_guest_networks(path: &Path) -> Result<BTreeMap<String, GuestNetwork>, ManifestError> {
+    let file = ManifestFile::read(path)?;
     let mut found = BTreeMap::new();
-    crate::inventories::read_members(path, |_, _, _, network: GuestNetwork| {
+    crate::inventories::members(&file, |_, _, network: GuestNetwork| {
         found.insert(network.name.clone(), network);
         Ok(())
     })?;

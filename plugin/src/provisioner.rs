@@ -338,10 +338,7 @@ pub fn unapplied(
     request: &Request,
     decision: &Decision,
 ) -> Vec<Unapplied> {
-    let extras = decision
-        .extra_ovdc_networks
-        .as_ref()
-        .unwrap_or(&request.machine.extra_ovdc_networks);
+    let extras = decision.extras_of(&request.machine);
     let mut found = Vec::new();
     for nic in &decision.nics {
         let i = nic.index as usize;

@@ -460,6 +460,13 @@ impl Decision {
         }
     }
 
+    /// The `extraOvdcNetworks` `machine` ends with: those this decision writes, else its own.
+    pub fn extras_of<'a>(&'a self, machine: &'a Machine) -> &'a [String] {
+        self.extra_ovdc_networks
+            .as_deref()
+            .unwrap_or(&machine.extra_ovdc_networks)
+    }
+
     /// This decision with `allowed` set from its violations: allowed exactly when there are
     /// none. Call it after adding violations to a decision of the CAPVCD rules.
     pub fn finish(mut self) -> Self {

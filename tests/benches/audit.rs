@@ -195,9 +195,13 @@ fn main() {
     let peak_before = procfs::peak_rss_mib("self");
     let cpu = procfs::cpu_seconds("self");
     let wall = Instant::now();
-    let capacity = Capacity::of(None, &by_vdc, &inputs.files, &findings, chain.builder())
-        .expect("the counted inventory reads")
-        .expect("pools");
+    let capacity = Capacity::of(
+        &inventories.pools,
+        &inputs.files,
+        &findings,
+        chain.builder(),
+    )
+    .expect("pools");
     let capacity_cpu = procfs::cpu_seconds("self") - cpu;
     let capacity_wall = wall.elapsed();
     let short: Vec<String> = capacity

@@ -21,12 +21,11 @@
 //! object's name, in its namespace: a rollout adds the peak minus those.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use nicpolicy_inputs::manifest::{namespace_or_default, ManifestError, ManifestFile, Object};
+use nicpolicy_inputs::manifest::{namespace_or_default, ManifestFile, Object};
 
-use crate::inventories::{Inventories, Missing};
-pub use crate::pools::{read_pools, Pool, Pools};
+use crate::inventories::Inventories;
+pub use crate::pools::{Pool, Pools};
 use nicpolicy_plugin::provisioner::Provisioner;
 use nicpolicy_plugin::IpAllocationMode;
 use serde::Serialize;
@@ -318,31 +317,25 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// The pools of the inventories at `default` and `by_vdc` (`None` when they count none)
-    /// against the rollouts of `files`, each template's plan taken from `findings` and built by
-    /// `provisioner`.
-    ///
-    /// # Errors
-    /// As for [`read_pools`].
+    /// `pools` (`None` when there are none) against the rollouts of `files`, each template's
+    /// plan taken from `findings` and built by `provisioner`.
     pub fn of(
-        default: Option<&Path>,
-        by_vdc: &BTreeMap<String, std::path::PathBuf>,
+        pools: &Pools,
         files: &[ManifestFile],
         findings: &[Finding],
         provisioner: &Provisioner,
-    ) -> Result<Option<Capacity>, ManifestError> {
-        let pools = Pools::read(default, by_vdc, Missing::Refused)?;
+    ) -> Option<Capacity> {
         if pools.is_empty() {
-            return Ok(None);
+            return None;
         }
         let (found, mut uncounted) = rollouts(files);
-        let (networks, more) = capacity(&pools, &found, findings, provisioner);
+        let (networks, more) = capacity(pools, &found, findings, provisioner);
         uncounted.extend(more);
-        Ok(Some(Capacity {
+        Some(Capacity {
             networks,
             uncounted,
             rollouts: found.len(),
-        }))
+        })
     }
 
     /// Whether one rollout alone needs more of a pool than is free.
@@ -373,8 +366,8 @@ pub fn capacity(
     for rollout in rollouts {
         let machines = rollout.adds();
         let template = templates.get(&(rollout.namespace.as_str(), rollout.template.as_str()));
-        let decision = match template {
-            Some(finding) if finding.result == Verdict::Allowed => finding.decision.as_ref(),
+        let finding = match template {
+            Some(finding) if finding.result == Verdict::Allowed => *finding,
             Some(finding) => {
                 uncounted.push(format!(
                     "{} {}/{}: not counted: its VCDMachineTemplate {} is {}",
@@ -394,19 +387,14 @@ pub fn capacity(
                 continue;
             }
         };
-        let Some(decision) = decision else { continue };
+        let Some(decision) = &finding.decision else {
+            continue;
+        };
         if machines == 0 {
             continue;
         }
-        let extras = decision
-            .extra_ovdc_networks
-            .as_deref()
-            .or(template
-                .and_then(|f| f.request.as_ref())
-                .map(|r| r.machine.extra_ovdc_networks.as_slice()))
-            .unwrap_or_default();
         let built = if decision.nics.iter().any(|nic| nic.index == 0) {
-            crate::vcd::built_nics(provisioner, &decision.nics, extras)
+            finding.built_nics(provisioner)
         } else {
             // The primary is not known (the template's cluster is not among the inputs): the
             // NICs that are, counted, and the gap said.
@@ -423,7 +411,7 @@ pub fn capacity(
         };
         // The pool sets the machines may take from: their VDC's (each zone's), else the
         // default's.
-        let request = template.and_then(|f| f.request.as_ref());
+        let request = finding.request.as_ref();
         let cluster = request.filter(|r| !r.cluster_unknown).map(|r| &r.cluster);
         let vdcs: Vec<&str> = request
             .map(|r| Inventories::vdcs_of(cluster, &r.machine))
@@ -467,19 +455,10 @@ pub fn capacity(
             });
         }
     }
-    let every = pools
-        .default
+    let report = pools
         .iter()
-        .map(|(network, pool)| (None, network, pool))
-        .chain(pools.by_vdc.iter().flat_map(|(vdc, set)| {
-            set.iter()
-                .map(move |(network, pool)| (Some(vdc.as_str()), network, pool))
-        }));
-    let report = every
         .map(|(vdc, network, pool)| {
-            let mut needs = by_network
-                .remove(&(vdc, network.as_str()))
-                .unwrap_or_default();
+            let mut needs = by_network.remove(&(vdc, network)).unwrap_or_default();
             needs.sort_by(|a, b| {
                 b.addresses
                     .cmp(&a.addresses)
@@ -487,7 +466,7 @@ pub fn capacity(
             });
             NetworkCapacity {
                 vdc: vdc.map(str::to_string),
-                network: network.clone(),
+                network: network.to_string(),
                 pool: *pool,
                 free: pool.free(),
                 largest: needs.first().map_or(0, |n| n.addresses),

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use nicpolicy_plugin::provisioner::Unapplied;
-use nicpolicy_plugin::{Decision, ObjectKind, Request, Violation};
+use nicpolicy_plugin::provisioner::{Provisioner, Unapplied};
+use nicpolicy_plugin::{Decision, Nic, ObjectKind, Request, Violation};
 use serde::Serialize;
 
 use super::inputs::{ObjectId, Problem, Subject};
@@ -134,6 +134,19 @@ impl Finding {
 }
 
 impl Finding {
+    /// The NICs `provisioner` builds for its decision's plan ([`crate::vcd::built_nics`]):
+    /// none without a decision.
+    pub fn built_nics(&self, provisioner: &Provisioner) -> Vec<Nic> {
+        let Some(decision) = &self.decision else {
+            return Vec::new();
+        };
+        let extras = match &self.request {
+            Some(request) => decision.extras_of(&request.machine),
+            None => decision.extra_ovdc_networks.as_deref().unwrap_or_default(),
+        };
+        crate::vcd::built_nics(provisioner, &decision.nics, extras)
+    }
+
     /// Each violation of its decision as one line, `field (Reason): message`: what the JUnit
     /// report of `audit` and the controller's Events carry.
     pub fn violation_lines(&self) -> Vec<String> {

@@ -153,13 +153,11 @@ pub fn run(
     );
     let drifted = compare_vms(&chain, &mut findings, &args.vm_nics)?;
     let capacity = Capacity::of(
-        args.inventory.as_deref(),
-        &by_vdc,
+        &inventories.pools,
         &inputs.files,
         &findings,
         chain.builder(),
-    )
-    .map_err(usage)?;
+    );
     let summary = Summary::of(&findings);
     if args.verbose {
         eprintln!(
@@ -266,21 +264,7 @@ fn compare_vms(
                     "--vm-nics {name}: no VCDMachine of that name among the audited machines"
                 ))
             })?;
-        let plan = finding
-            .decision
-            .as_ref()
-            .map(|d| d.nics.as_slice())
-            .unwrap_or_default();
-        let extras = finding
-            .decision
-            .as_ref()
-            .and_then(|d| d.extra_ovdc_networks.as_deref())
-            .or(finding
-                .request
-                .as_ref()
-                .map(|r| r.machine.extra_ovdc_networks.as_slice()))
-            .unwrap_or_default();
-        let built = nicpolicy::vcd::built_nics(provisioner, plan, extras);
+        let built = finding.built_nics(provisioner);
         finding.drift = nicpolicy::vcd::drift(&built, &vm);
         finding.pending = nicpolicy::vcd::pending(&built, &vm);
         drifted |= !finding.drift.is_empty();

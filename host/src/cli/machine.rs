@@ -134,10 +134,7 @@ impl Judged {
     /// The NICs the provisioner builds for its plan ([`nicpolicy::vcd::built_nics`]).
     pub fn built_nics(&self) -> Vec<nicpolicy::plugin::Nic> {
         let decision = &self.evaluation.decision;
-        let extras = decision
-            .extra_ovdc_networks
-            .as_ref()
-            .unwrap_or(&self.request.machine.extra_ovdc_networks);
+        let extras = decision.extras_of(&self.request.machine);
         nicpolicy::vcd::built_nics(self.chain.builder(), &decision.nics, extras)
     }
 }

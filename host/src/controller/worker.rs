@@ -11,7 +11,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use nicpolicy_plugin::ObjectKind;
 use tokio::sync::watch;
 
-use crate::audit::capacity::{self, Capacity};
+use crate::audit::capacity::Capacity;
 use crate::audit::{self, live, Chains, Finding, Inputs, Summary};
 use crate::served::ServedPolicies;
 use crate::PolicyChain;
@@ -297,19 +297,13 @@ impl Worker {
             );
             // Rollouts and their templates live in one namespace: each namespace's are
             // counted with it, against pools every namespace shares.
-            let (rollouts, mut uncounted) = capacity::rollouts(&inputs.files);
-            let (networks, more) = capacity::capacity(
-                &served.pools,
-                &rollouts,
+            let capacity = Capacity::of(
+                &served.inventories.pools,
+                &inputs.files,
                 &findings,
                 &served.config.provisioner,
-            );
-            uncounted.extend(more);
-            let capacity = Capacity {
-                networks,
-                uncounted,
-                rollouts: rollouts.len(),
-            };
+            )
+            .unwrap_or_default();
             (findings, capacity)
         })
         .await;
@@ -595,26 +589,14 @@ impl Worker {
         });
         // Every counted pool, with the largest need any namespace's rollout has of it.
         let served = self.served.get();
-        let pools = served
-            .pools
-            .default
-            .iter()
-            .map(|(n, p)| ((String::new(), n), p));
-        let pools = pools.chain(
-            served
-                .pools
-                .by_vdc
-                .iter()
-                .flat_map(|(vdc, set)| set.iter().map(move |(n, p)| ((vdc.clone(), n), p))),
-        );
         metrics.pool_free.clear();
         metrics.pool_rollout.clear();
-        for ((ovdc, network), pool) in pools {
+        for (vdc, network, pool) in served.inventories.pools.iter() {
             let labels = metrics::PoolLabels {
-                ovdc: ovdc.clone(),
-                network: network.clone(),
+                ovdc: vdc.unwrap_or_default().to_string(),
+                network: network.to_string(),
             };
-            let key = (ovdc, network.clone());
+            let key = (labels.ovdc.clone(), labels.network.clone());
             let largest = self
                 .pool_needs
                 .values()

@@ -25,7 +25,6 @@ use nicpolicy_engine::spec::PolicySpec;
 use nicpolicy_inputs::manifest::ManifestError;
 
 use crate::inventories::{Inventories, Missing};
-use crate::pools::Pools;
 
 /// Why a configuration's policies could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -58,10 +57,9 @@ pub struct Served {
     pub config: ServeConfig,
     /// The policy chain of each served kind.
     pub chains: BTreeMap<ObjectKind, PolicyChain>,
-    /// The org VDCs' networks, when configured: each VDC's and the default.
+    /// The org VDCs' networks, when configured: each VDC's and the default, with the static
+    /// pools they count.
     pub inventories: Inventories,
-    /// Their static pools, where the inventories count them ([`crate::pools`]).
-    pub pools: Pools,
     /// Kinds whose chain could not be loaded because an `oci:` module could not be had at
     /// start (`registry.onUnavailableAtStart: Deny`), with why: their requests are denied
     /// saying so, and the reload watcher tries again at every interval.
@@ -244,13 +242,11 @@ impl Served {
         for vdc in &inventories.not_written {
             tracing::warn!(generation, ovdc = %vdc, "the org VDC's inventory is not written yet; the default inventory serves it");
         }
-        let pools = Pools::read(config.inventory.as_deref(), &config.inventories, missing)?;
         Ok(Served {
             generation,
             config,
             chains,
             inventories,
-            pools,
             unavailable,
             fingerprint,
         })
