@@ -6,7 +6,7 @@
 //!   in time and size, 429 and 503 retried as the server asks, errors named by what failed.
 //! - [`import`](mod@import): the org VDCs (or VDC groups) named, their networks read page by page, turned
 //!   into inventory networks, sorted; nothing is written unless every page was read.
-//! - [`file`]: the inventory file an import writes, the same bytes for the same site.
+//! - [`file`](mod@file): the inventory file an import writes, the same bytes for the same site.
 
 pub mod client;
 pub mod file;
