@@ -28,12 +28,15 @@ candidate = yaml.safe_load(open("config/controller/candidate/nicpolicy.yaml"))
 yaml.safe_dump({"controller": {"enabled": True, "candidate": candidate}}, open(sys.argv[1], "w"))
 PY
 # `nicpolicy` is the image name config/kustomization.yaml's `images:` replaces.
+# config/ carries no NetworkPolicy: its sources (the API server's addresses) differ per cluster,
+# and the chart refuses one without them (docs/deploy.md, "With kustomize", says how to add it).
 "$helm" template nicpolicy charts/nicpolicy --namespace nicpolicy-system \
-  --set image.repository=nicpolicy --set managedBy=kustomize -f "$work/values.yaml" \
+  --set image.repository=nicpolicy --set managedBy=kustomize --set networkPolicy.enabled=false \
+  -f "$work/values.yaml" \
   >"$work/rendered.yaml"
 # The PolicyReport CRD, which the chart installs for controller.reports.format=wgpolicyk8s.
 "$helm" template nicpolicy charts/nicpolicy --namespace nicpolicy-system \
-  --set image.repository=nicpolicy --set controller.enabled=true \
+  --set image.repository=nicpolicy --set controller.enabled=true --set networkPolicy.enabled=false \
   --set controller.reports.format=wgpolicyk8s --show-only templates/policyreport-crd.yaml \
   >"$work/policyreport.yaml"
 
@@ -81,7 +84,8 @@ for name, (what, docs) in files.items():
 PY
 
 # The chart's defaults serve what config/nicpolicy serves.
-"$helm" template nicpolicy charts/nicpolicy --set image.repository=nicpolicy >"$work/defaults.yaml"
+"$helm" template nicpolicy charts/nicpolicy --set image.repository=nicpolicy \
+  --set networkPolicy.enabled=false >"$work/defaults.yaml"
 "$python" - "$work/defaults.yaml" <<'PY'
 import sys, yaml
 config = next(d for d in yaml.safe_load_all(open(sys.argv[1]))

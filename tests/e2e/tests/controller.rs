@@ -967,7 +967,7 @@ fn apply_refresh_rbac(kubectl: &nicpolicy_e2e::Kubectl) {
             "--set",
             "image.repository=registry.example.net/platform/nicpolicy",
             "--set",
-            "controller.enabled=true,cloudDirector.enabled=true,cloudDirector.site=https://vcd.eu1.example.net,cloudDirector.org=eu1-platform,cloudDirector.vdcs={eu1-ovdc-prod}",
+            "networkPolicy.apiServerCIDRs={10.0.10.0/24},controller.enabled=true,cloudDirector.enabled=true,cloudDirector.site=https://vcd.eu1.example.net,cloudDirector.org=eu1-platform,cloudDirector.vdcs={eu1-ovdc-prod}",
             "--show-only",
             "templates/controller.yaml",
         ])

@@ -11,7 +11,7 @@ use std::process::Command;
 use base64::Engine as _;
 use nicpolicy_e2e::kubectl::Kubectl;
 use nicpolicy_e2e::{binaries, shared, workspace};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Copies `from` (relative to the workspace) to `to`, as a fresh clone has it: files git tracks
 /// only, so nothing generated in this checkout (a module, say) comes along.
@@ -363,18 +363,39 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
     let (ok, _, err) = helm(&["template", "nicpolicy", "charts/nicpolicy"]);
     assert!(!ok);
     assert!(err.contains("image.repository"), "{err}");
-    // A NetworkPolicy without the API server's addresses would let anyone in: refused.
+    // The NetworkPolicy is on by default, and without the API server's addresses it would let
+    // anyone in: the defaults alone are refused, naming the value to set.
     let (ok, _, err) = helm(&[
         "template",
         "nicpolicy",
         "charts/nicpolicy",
         "--set",
         "image.repository=registry.example.net/platform/nicpolicy",
-        "--set",
-        "networkPolicy.enabled=true",
     ]);
     assert!(!ok, "rendered a NetworkPolicy open to any source");
     assert!(err.contains("networkPolicy.apiServerCIDRs"), "{err}");
+    // With them, the webhook's port admits those sources only.
+    let (ok, rendered, err) = helm(&[
+        "template",
+        "nicpolicy",
+        "charts/nicpolicy",
+        "--set",
+        "image.repository=registry.example.net/platform/nicpolicy",
+        "--set",
+        "networkPolicy.apiServerCIDRs={10.0.10.0/24}",
+        "--show-only",
+        "templates/networkpolicy.yaml",
+    ]);
+    assert!(ok, "helm template: {err}");
+    let policy = nicpolicy_e2e::fixtures::yaml_objects(&rendered)
+        .into_iter()
+        .next()
+        .expect("the webhook's NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.10.0/24"}}]),
+        "{rendered}"
+    );
 
     let ca_pem = std::fs::read_to_string(&plane.pki.ca_file).expect("a CA to name");
     let every_option = [
@@ -635,6 +656,8 @@ fn backstops(values: &str, dir: &Path) -> (Value, Value) {
         "nicpolicy-system",
         "--set",
         "image.repository=registry.example.net/platform/nicpolicy",
+        "--set",
+        "networkPolicy.apiServerCIDRs={10.0.10.0/24}",
         "-f",
         values_file.to_str().expect("a UTF-8 path"),
     ]);
