@@ -68,6 +68,7 @@ pub struct ControllerArgs {
 /// Runs `nicpolicy controller` until SIGTERM. Bad configuration is a usage error (exit code
 /// 2), anything after start a run-time failure (3).
 pub fn run(args: ControllerArgs) -> Result<u8, Failure> {
+    super::allocator::return_large_frees();
     init_logging(&args.logging).map_err(usage)?;
     let config = read_config(args.config.as_ref()).map_err(usage)?;
     let candidate = args

@@ -1,6 +1,7 @@
 //! The `nicpolicy` commands, one module each, and what they share: the output format and the
 //! error type that carries an exit code.
 
+pub mod allocator;
 pub mod audit;
 pub mod bench;
 pub mod common;

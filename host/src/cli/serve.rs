@@ -60,6 +60,7 @@ pub struct ServeArgs {
 /// input (exit code 2: flags, configuration, certificates, policies, cluster files); the
 /// engine, the Kubernetes API or the server failing is a run-time failure (exit code 3).
 pub fn run(args: ServeArgs) -> Result<u8, Failure> {
+    super::allocator::return_large_frees();
     init_logging(&args.logging).map_err(usage)?;
     let mut config = read_config(args.config.as_ref()).map_err(usage)?;
     config.override_with(Overrides {

@@ -157,18 +157,88 @@ fn watch_metadata(
     )
 }
 
-/// A reflector of Clusters or VCDClusters, each kept as [`keep_read_fields`] trims it.
+/// A reflector of Clusters or VCDClusters, each kept as [`keep_looked_up`] projects it.
 fn watch(
     client: kube::Client,
     resource: &ApiResource,
     failing: Arc<AtomicUsize>,
 ) -> Store<DynamicObject> {
-    reflect(
-        Api::all_with(client, resource),
-        resource,
-        keep_read_fields,
-        failing,
-    )
+    let trim: fn(&mut DynamicObject) = if resource.kind == "VCDCluster" {
+        |object| keep_looked_up(object, VCD_CLUSTER_READS)
+    } else {
+        |object| keep_looked_up(object, CLUSTER_READS)
+    };
+    reflect(Api::all_with(client, resource), resource, trim, failing)
+}
+
+/// Objects per page of a watch's list. A page is held whole while it is read, before any object
+/// in it is trimmed, and a VCDCluster may carry a megabyte of credentials (`spec.userContext`
+/// has no length bound): at kube's default of 500, a webhook that listed 150 such objects
+/// peaked at 438 MiB, past the pod's limit (the admission e2e, `big_vcdclusters_...`). 10 keeps
+/// a page under 15 MB of the largest objects etcd stores (1.5 MB; 63-67 MiB peak there), at the
+/// price of more list calls at start (a site's thousand VCDClusters: 100 small ones).
+pub const WATCH_PAGE_SIZE: u32 = 10;
+
+/// The `spec` fields of a Cluster the lookup reads: whether it is paused, and its VCDCluster.
+const CLUSTER_READS: &[&str] = &["paused", "infrastructureRef"];
+
+/// The `spec` fields of a VCDCluster the policies see ([`nicpolicy_plugin::Cluster`]): its org
+/// VDC, its network and its zones.
+const VCD_CLUSTER_READS: &[&str] = &["ovdc", "ovdcNetwork", "multiZoneSpec"];
+
+/// What a cached object may hold once projected, in bytes of JSON. The fields a lookup reads
+/// take a few hundred bytes (a dozen zones: a few KB), so this is far above any real object,
+/// and a cache of thousands of them stays small whatever the API server is given.
+pub const MAX_CACHED_OBJECT_BYTES: usize = 64 * 1024;
+
+/// The key that stands, in a cached object's data, for the fields it was too large to keep: its
+/// value is their size in bytes. No Kubernetes object has a top-level field of this name.
+const OVERSIZE: &str = "nicpolicyOversizeBytes";
+
+/// Projects a Cluster or VCDCluster to what a lookup reads before it enters the cache: its name,
+/// namespace and uid, and the `spec` fields `reads` (labels, annotations, owners, status,
+/// credentials and every other field dropped). When what is left is over
+/// [`MAX_CACHED_OBJECT_BYTES`], it is not kept either: the object is cached as its size alone,
+/// so a lookup of it fails with [`LookupError::Invalid`], naming the object and the bound, and
+/// a warning is logged each time the API server sends it.
+pub fn keep_looked_up(object: &mut DynamicObject, reads: &[&str]) {
+    keep_read_fields(object);
+    let metadata = &mut object.metadata;
+    metadata.labels = None;
+    metadata.annotations = None;
+    metadata.owner_references = None;
+    if let Some(spec) = object.data.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.retain(|key, _| reads.contains(&key.as_str()));
+    }
+    // Serialized once per event, after the projection: a few hundred bytes for a real object.
+    let bytes = serde_json::to_vec(&object.data).map_or(usize::MAX, |text| text.len());
+    if bytes > MAX_CACHED_OBJECT_BYTES {
+        tracing::warn!(
+            kind = %object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("object"),
+            namespace = %object.metadata.namespace.as_deref().unwrap_or(""),
+            name = %object.metadata.name.as_deref().unwrap_or(""),
+            bytes,
+            bound = MAX_CACHED_OBJECT_BYTES,
+            "the fields nicpolicy reads of this object are over the bound; not cached, and its \
+             machines' lookups fail until it is smaller"
+        );
+        object.data = serde_json::json!({ OVERSIZE: bytes });
+    }
+}
+
+/// The [`LookupError`] for a cached object that was too large to keep, if `object` is one.
+fn oversize(object: &DynamicObject, what: &str) -> Option<LookupError> {
+    let bytes = object.data.get(OVERSIZE)?.as_u64()?;
+    Some(LookupError::Invalid(format!(
+        "{what}: the fields nicpolicy reads (spec.{}) take {bytes} bytes, over the {} KiB a \
+         cached object may hold; it is not cached (make them smaller)",
+        if what.starts_with("VCDCluster") {
+            VCD_CLUSTER_READS.join(", spec.")
+        } else {
+            CLUSTER_READS.join(", spec.")
+        },
+        MAX_CACHED_OBJECT_BYTES / 1024
+    )))
 }
 
 /// Annotation kubectl keeps the whole last-applied object in: the largest part of most objects,
@@ -221,7 +291,7 @@ where
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let kind = resource.kind.clone();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, watcher::Config::default().page_size(WATCH_PAGE_SIZE))
         .default_backoff()
         .modify(trim)
         .reflect(writer)
@@ -261,6 +331,8 @@ impl ClusterSource for KubeClusters {
             ObjectRef::new_with(cluster_name, caches.cluster_resource.clone()).within(namespace);
         // A served object's `data` holds everything but its metadata: `spec` is where a
         // manifest has it.
+        // An oversized Cluster is cached without its spec: not known to be paused, and its
+        // lookup fails.
         caches
             .clusters
             .get(&key)
@@ -297,6 +369,9 @@ impl ClusterSource for KubeClusters {
                 caches.cluster_resource.version
             ))
         })?;
+        if let Some(err) = oversize(&cluster, &format!("Cluster {namespace}/{cluster_name}")) {
+            return Err(err);
+        }
         let cluster = serde_json::to_value(cluster.as_ref()).map_err(|err| {
             LookupError::Invalid(format!("Cluster {namespace}/{cluster_name}: {err}"))
         })?;
@@ -308,6 +383,9 @@ impl ClusterSource for KubeClusters {
                 "Cluster {namespace}/{cluster_name} points at VCDCluster {vcd_name}, which does not exist"
             ))
         })?;
+        if let Some(err) = oversize(&vcd, &format!("VCDCluster {namespace}/{vcd_name}")) {
+            return Err(err);
+        }
         let mut vcd = serde_json::to_value(vcd.as_ref()).map_err(|err| {
             LookupError::Invalid(format!("VCDCluster {namespace}/{vcd_name}: {err}"))
         })?;
@@ -354,5 +432,86 @@ impl ClusterSource for KubeClusters {
             .collect();
         names.sort();
         names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vcd_cluster(network: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "VCDCluster",
+            "metadata": {
+                "name": "prod-eu1", "namespace": "prod-eu1", "uid": "5d1c",
+                "labels": {"cluster.x-k8s.io/cluster-name": "prod-eu1"},
+                "annotations": {LAST_APPLIED: "{}", "team": "platform"},
+                "managedFields": [{"manager": "clusterctl"}],
+            },
+            "spec": {
+                "site": "https://vcd.eu1.example.net", "org": "platform",
+                "ovdc": "eu1-ovdc-prod", "ovdcNetwork": network,
+                "userContext": {"username": "capvcd", "password": "p".repeat(100_000)},
+                "loadBalancerConfigSpec": {"vipSubnet": "10.10.0.0/24"},
+            },
+            "status": {"ready": true},
+        }))
+        .expect("a VCDCluster")
+    }
+
+    #[test]
+    fn a_vcd_cluster_is_kept_as_the_policies_read_it() {
+        let mut object = vcd_cluster("mgmt-net");
+        let whole = serde_json::to_value(&object).expect("JSON");
+        keep_looked_up(&mut object, VCD_CLUSTER_READS);
+        assert_eq!(
+            object.data,
+            serde_json::json!({"spec": {"ovdc": "eu1-ovdc-prod", "ovdcNetwork": "mgmt-net"}})
+        );
+        assert!(object.metadata.labels.is_none() && object.metadata.annotations.is_none());
+        assert!(object.metadata.managed_fields.is_none());
+        assert_eq!(object.metadata.uid.as_deref(), Some("5d1c"));
+        assert!(oversize(&object, "VCDCluster prod-eu1/prod-eu1").is_none());
+        // The policies' view of it is that of the whole object.
+        let kept = serde_json::to_value(&object).expect("JSON");
+        assert_eq!(
+            read_vcd_cluster(&kept, "kept").expect("read"),
+            read_vcd_cluster(&whole, "whole").expect("read")
+        );
+    }
+
+    #[test]
+    fn a_cluster_keeps_its_pause_and_its_vcd_cluster() {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "prod-eu1", "namespace": "prod-eu1"},
+            "spec": {
+                "paused": true,
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "VCDCluster", "name": "prod-eu1"},
+                "clusterNetwork": {"pods": {"cidrBlocks": ["100.96.0.0/11"]}},
+                "topology": {"classRef": {"name": "capvcd-1.3"}},
+            },
+        }))
+        .expect("a Cluster");
+        keep_looked_up(&mut object, CLUSTER_READS);
+        let spec = object.data["spec"].as_object().expect("a spec");
+        assert_eq!(
+            spec.keys().collect::<Vec<_>>(),
+            ["infrastructureRef", "paused"]
+        );
+        assert!(super::super::is_paused(&object.data));
+    }
+
+    #[test]
+    fn an_object_whose_read_fields_are_over_the_bound_is_cached_as_its_size() {
+        let mut object = vcd_cluster(&format!("backup-{}", "n".repeat(MAX_CACHED_OBJECT_BYTES)));
+        keep_looked_up(&mut object, VCD_CLUSTER_READS);
+        assert!(object.data.get("spec").is_none(), "{}", object.data);
+        let err = oversize(&object, "VCDCluster prod-eu1/prod-eu1").expect("refused");
+        let text = err.to_string();
+        assert!(text.contains("VCDCluster prod-eu1/prod-eu1"), "{text}");
+        assert!(text.contains("over the 64 KiB"), "{text}");
+        assert!(text.contains("spec.ovdcNetwork"), "{text}");
     }
 }

@@ -411,6 +411,23 @@ impl Webhook {
         }
     }
 
+    /// The process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(Process::pid)
+    }
+
+    /// The process's peak resident memory so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.pid().expect("nicpolicy serve runs");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmHWM in kB")
+            * 1024
+    }
+
     /// Whether the process is running.
     pub fn running(&mut self) -> bool {
         self.process.as_mut().is_some_and(Process::running)

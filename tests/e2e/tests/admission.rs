@@ -769,3 +769,138 @@ async fn a_warn_mode_policy_admits_and_kubectl_prints_what_it_would_deny() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// How much of a 1.5 MB etcd entry a VCDCluster's password may take: `spec.userContext` has no
+/// length bound in CAPVCD's CRD.
+const BIG_PASSWORD_BYTES: usize = 1_400_000;
+
+/// What a webhook's peak resident memory may reach with 150 such VCDClusters on the API server,
+/// whether it saw them created or listed them at start (before the caches kept only what is
+/// read, and listed them 500 to a page: past the pod's 256Mi limit).
+const BIG_CLUSTERS_PEAK_BYTES: u64 = 160 * 1024 * 1024;
+
+#[tokio::test]
+async fn big_vcdclusters_are_cached_by_the_fields_read_and_an_oversized_one_is_named() {
+    use futures::StreamExt;
+
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let namespace = "prod-ap1";
+    fixtures::namespace(&kubectl, namespace);
+    let mut running = Webhook::registered(&plane, "big-clusters-running").await;
+    let client = plane.client().await;
+
+    // 150 clusters whose VCDClusters each carry a 1.4 MB password, created while one webhook
+    // runs (it sees them as watch events).
+    let password = "p".repeat(BIG_PASSWORD_BYTES);
+    let start = Instant::now();
+    let created: Vec<()> = futures::stream::iter(0..150)
+        .map(|i| {
+            let client = client.clone();
+            let password = password.clone();
+            async move {
+                let name = format!("{namespace}-big-{i:03}");
+                for mut object in fixtures::yaml_objects(&cluster(namespace, &name, "backup-net")) {
+                    if object["kind"] == "VCDCluster" {
+                        object["spec"]["userContext"] =
+                            json!({"username": "capvcd", "password": password});
+                    }
+                    create(&client, &object, false)
+                        .await
+                        .unwrap_or_else(|err| panic!("{name} created: {err}"));
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert_eq!(created.len(), 150);
+    eprintln!(
+        "e2e: 150 VCDClusters of {BIG_PASSWORD_BYTES} bytes created in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    // The last one is known, by its network.
+    planned_on(
+        &client,
+        namespace,
+        &format!("{namespace}-big-149"),
+        "backup-net",
+        CACHE_DEADLINE,
+    )
+    .await;
+    let watched = running.peak_rss();
+
+    // A webhook started now lists them, a page at a time.
+    running.unregister();
+    running.stop();
+    let mut listed = Webhook::start(&plane, &shipped_config(&plane, "big-clusters-listed")).await;
+    let listed_peak = listed.peak_rss();
+    listed.register().await;
+    planned_on(
+        &client,
+        namespace,
+        &format!("{namespace}-big-000"),
+        "backup-net",
+        CACHE_DEADLINE,
+    )
+    .await;
+    eprintln!(
+        "e2e: peak RSS with 150 big VCDClusters: {:.1} MiB watched, {:.1} MiB listed",
+        watched as f64 / 1048576.0,
+        listed_peak as f64 / 1048576.0
+    );
+    for (how, peak) in [("watched", watched), ("listed", listed_peak)] {
+        assert!(
+            peak < BIG_CLUSTERS_PEAK_BYTES,
+            "{how}: peak RSS {peak} bytes, over {BIG_CLUSTERS_PEAK_BYTES}"
+        );
+    }
+
+    // A VCDCluster whose read fields alone are over the bound is not cached: its machines are
+    // checked without it (the shipped onUnknownCluster), with a warning that says why.
+    let oversized = format!("{namespace}-oversized");
+    let network = format!("backup-{}", "n".repeat(100_000));
+    kubectl.apply(&cluster(namespace, &oversized, &network));
+    let probe = serde_json::to_string(&worker(
+        namespace,
+        &format!("{oversized}-md-0-probe"),
+        Some(&oversized),
+        None,
+    ))
+    .expect("JSON");
+    let deadline = Instant::now() + CACHE_DEADLINE;
+    let warning = loop {
+        let out = kubectl.run_with(&["create", "--dry-run=server", "-f", "-"], Some(&probe));
+        assert!(out.success, "admitted without its cluster: {}", out.stderr);
+        if out.stderr.contains("over the 64 KiB") {
+            break out.stderr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no warning naming the bound: {}",
+            out.stderr
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        warning.contains(&format!("VCDCluster {namespace}/{oversized}")),
+        "{warning}"
+    );
+    assert!(
+        listed.log().contains("over the bound; not cached"),
+        "{}",
+        listed.log_tail(20)
+    );
+
+    listed.unregister();
+    // The next webhooks of this suite need not list 200 MB.
+    let deleted = kubectl.run(&[
+        "delete",
+        "vcdclusters,clusters",
+        "--all",
+        "-n",
+        namespace,
+        "--wait=false",
+    ]);
+    assert!(deleted.success, "{}", deleted.stderr);
+}
