@@ -93,8 +93,7 @@ impl TestServer {
         app.watch_for_changes().expect("watcher starts");
         let tls = SelfSigned::generate(&[]).expect("certificate");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let server =
-            Server::start(app, listener, tls.rustls().await.expect("tls")).expect("serves");
+        let server = Server::start(app, listener, tls.rustls(None).expect("tls")).expect("serves");
         TestServer {
             client: client(&tls.ca_pem),
             ca: tls.ca_pem,
@@ -727,10 +726,13 @@ async fn rotated_certificates_are_picked_up() {
     let config = shipped_config(&config_dir);
     let clusters = StaticClusters::read(&[workspace().join("examples/cluster.yaml")]).unwrap();
     let app = Arc::new(App::new(host(), config, Arc::new(clusters)).unwrap());
-    let rustls = tls::from_files(&files)
-        .await
-        .expect("certificate files load");
-    tls::watch(rustls.clone(), files.clone(), Arc::new(Metrics::new()));
+    let rustls = tls::from_files(&files, None).expect("certificate files load");
+    tls::watch(
+        rustls.clone(),
+        files.clone(),
+        None,
+        Arc::new(Metrics::new()),
+    );
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(app, listener, rustls).unwrap();
     let url = format!("https://localhost:{}/healthz", server.local_addr().port());

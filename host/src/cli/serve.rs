@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use nicpolicy::clusters::live::KubeClusters;
 use nicpolicy::clusters::{ClusterSource, StaticClusters};
-use nicpolicy::served::config::{ClusterSourceConfig, Overrides, ServeConfig, TlsFiles};
+use nicpolicy::served::config::{
+    ClientAuth, ClusterSourceConfig, Overrides, ServeConfig, TlsFiles,
+};
 use nicpolicy::webhook::{tls, App, Server};
 
 use super::common::{host_for, init_logging, read_config, shutdown_signal, LogArgs};
@@ -86,6 +88,7 @@ async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
     let clusters = cluster_source(&config.clusters).await?;
     let listen = config.listen;
     let tls_files = config.tls.clone();
+    let client_ca = config.client_auth.clone();
     let config_label = args
         .config
         .as_ref()
@@ -105,7 +108,7 @@ async fn serve(args: ServeArgs, config: ServeConfig) -> Result<(), Failure> {
         app = app.with_stage_log();
     }
     let app = Arc::new(app);
-    let tls = serving_certificate(&args, tls_files.as_ref(), &app)
+    let tls = serving_certificate(&args, tls_files.as_ref(), client_ca.as_ref(), &app)
         .await
         .map_err(usage)?;
     let listener = std::net::TcpListener::bind(listen)
@@ -168,6 +171,7 @@ async fn cluster_source(config: &ClusterSourceConfig) -> Result<Arc<dyn ClusterS
 async fn serving_certificate(
     args: &ServeArgs,
     files: Option<&TlsFiles>,
+    client_ca: Option<&ClientAuth>,
     app: &App,
 ) -> Result<axum_server::tls_rustls::RustlsConfig> {
     match (files, args.tls_self_signed) {
@@ -176,13 +180,14 @@ async fn serving_certificate(
             let generated = tls::SelfSigned::generate(&args.tls_sans)?;
             generated.write_ca_bundle(&args.ca_bundle)?;
             tracing::info!(ca_bundle = %args.ca_bundle.display(), "self-signed certificate generated; clients must trust the CA bundle");
-            Ok(generated.rustls().await?)
+            Ok(generated.rustls(client_ca)?)
         }
         (Some(files), false) => {
-            let config = tls::from_files(files).await?;
+            let config = tls::from_files(files, client_ca)?;
             tls::watch(
                 config.clone(),
                 files.clone(),
+                client_ca.cloned(),
                 app.reviewer().metrics().clone(),
             );
             Ok(config)

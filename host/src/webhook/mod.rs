@@ -27,7 +27,7 @@
 //! let config = ServeConfig::read("config/nicpolicy.yaml".as_ref())?;
 //! let clusters = StaticClusters::read(&["examples/cluster.yaml".into()])?;
 //! let app = Arc::new(App::new(Host::new(HostConfig::default())?, config, Arc::new(clusters))?);
-//! let tls = nicpolicy::webhook::tls::SelfSigned::generate(&[])?.rustls().await?;
+//! let tls = nicpolicy::webhook::tls::SelfSigned::generate(&[])?.rustls(None)?;
 //! let listener = std::net::TcpListener::bind("127.0.0.1:9443")?;
 //! let server = Server::start(app, listener, tls)?;
 //! tokio::signal::ctrl_c().await?;

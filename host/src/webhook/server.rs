@@ -41,6 +41,9 @@ pub struct App {
     /// Request bodies held at once, in bytes.
     budget: BodyBudget,
     connections: Connections,
+    /// Reviews only from clients with a certificate of the configured client CA
+    /// (`clientAuth`); the TLS configuration checks the certificate, this the routes.
+    client_certificate_required: bool,
     accepting: AtomicBool,
     host: Host,
     /// Benchmarks only: the stage times of every review answered on a worker.
@@ -61,6 +64,7 @@ impl App {
         let queue_timeout = config.queue_timeout;
         let max_body = config.max_request_bytes;
         let connections = config.connections;
+        let client_certificate_required = config.client_auth.is_some();
         let served = Served::load_at_start(&host, config)?;
         let metrics = Arc::new(Metrics::new());
         let reviewer = Arc::new(Reviewer::new(
@@ -76,6 +80,7 @@ impl App {
             max_body,
             budget: BodyBudget::new(connections.max_buffered_bytes, connections.max, &metrics),
             connections,
+            client_certificate_required,
             accepting: AtomicBool::new(true),
             host,
             stage_log: None,
@@ -160,6 +165,14 @@ impl App {
         request: Request,
     ) -> Response {
         let started = Instant::now();
+        if self.client_certificate_required && !super::tls::client_certified(request.extensions()) {
+            // Before the body is read: a client that may not send reviews takes no budget.
+            let message = "a client certificate signed by clientAuth.caFile is required to send \
+                           reviews (kube-apiserver presents one through its \
+                           AdmissionConfiguration; docs/deploy.md)";
+            self.reviewer.reject("client_certificate", message);
+            return (StatusCode::FORBIDDEN, format!("{message}\n")).into_response();
+        }
         // Held until the review is answered: the body is in memory until then.
         let (body, mut taken) = match self.read_body(request).await {
             Ok(read) => read,

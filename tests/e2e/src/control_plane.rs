@@ -362,6 +362,12 @@ fn start_apiserver(
             pki.serving_key.display()
         ))
         .arg(format!("--client-ca-file={}", pki.ca_file.display()))
+        // The client certificate kube-apiserver presents to a webhook that asks for one
+        // (nicpolicy's `clientAuth`), as docs/deploy.md sets it up.
+        .arg(format!(
+            "--admission-control-config-file={}",
+            admission_configuration(dir, pki)?.display()
+        ))
         .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
         .arg(format!(
             "--service-account-key-file={}",
@@ -381,6 +387,51 @@ fn start_apiserver(
         .arg("--v=1");
     Process::spawn("kube-apiserver", command, &dir.join("kube-apiserver.log"))
         .context("kube-apiserver")
+}
+
+/// kube-apiserver's AdmissionConfiguration: both webhook plugins read a kubeconfig whose
+/// default user (`*`, any webhook) is [`Pki::webhook_client`].
+fn admission_configuration(dir: &Path, pki: &Pki) -> anyhow::Result<std::path::PathBuf> {
+    let kubeconfig = dir.join("webhook-client.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1
+kind: Config
+users:
+- name: '*'
+  user:
+    client-certificate: {}
+    client-key: {}
+",
+            pki.webhook_client.cert.display(),
+            pki.webhook_client.key.display()
+        ),
+    )?;
+    let plugin = |name: &str| {
+        format!(
+            "- name: {name}
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: {}
+",
+            kubeconfig.display()
+        )
+    };
+    let path = dir.join("admission-configuration.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+{}{}",
+            plugin("ValidatingAdmissionWebhook"),
+            plugin("MutatingAdmissionWebhook")
+        ),
+    )?;
+    Ok(path)
 }
 
 /// A kubeconfig for the API server on `port`, with `user` lines (indented by 4) for the user.

@@ -904,3 +904,103 @@ async fn big_vcdclusters_are_cached_by_the_fields_read_and_an_oversized_one_is_n
     ]);
     assert!(deleted.success, "{}", deleted.stderr);
 }
+
+#[tokio::test]
+async fn with_client_auth_only_kube_apiserver_sends_reviews() {
+    let plane = shared();
+    let kubectl = plane.kubectl();
+    let namespace = "prod-ap2";
+    cluster_namespace(&kubectl, namespace);
+    // The shipped configuration, asking for the client certificate kube-apiserver's
+    // AdmissionConfiguration gives it (the e2e control plane's is set up as docs/deploy.md says).
+    let dir = shipped_config(&plane, "client-auth");
+    let file = dir.join("nicpolicy.yaml");
+    let mut config = std::fs::read_to_string(&file).expect("the configuration");
+    config.push_str(&format!(
+        "clientAuth:\n  caFile: {}\n",
+        plane.pki.webhook_client_ca_file.display()
+    ));
+    std::fs::write(&file, config).expect("write the configuration");
+    // Probes and metrics answer any client (Webhook::start waits on /readyz without one).
+    let mut webhook = Webhook::start(&plane, &dir).await;
+    // kube-apiserver's reviews are answered: register() waits until one is.
+    webhook.register().await;
+    let client = plane.client().await;
+    let stored = create(
+        &client,
+        &worker(namespace, "prod-ap2-md-0-h6w2q", Some(namespace), None),
+        false,
+    )
+    .await
+    .expect("admitted through kube-apiserver");
+    assert_eq!(
+        plan_networks(&stored),
+        ["mgmt-net", "storage-net", "workload-net"]
+    );
+    let refused = create(
+        &client,
+        &invalid_machine(namespace, "prod-ap2-md-0-x9x9x"),
+        false,
+    )
+    .await
+    .expect_err("the policy's denial");
+    assert_eq!(refusal(&refused).0, 422, "{refused}");
+
+    // Any other client gets no review answered: without a certificate, 403 before its body is
+    // read; with one of another CA (the cluster's own, which signs its users), no connection.
+    let review = std::fs::read(
+        nicpolicy_e2e::workspace().join("tests/fixtures/admission/vcdmachine-create-worker.json"),
+    )
+    .expect("a review");
+    let path = "/validate-infrastructure-cluster-x-k8s-io-v1beta2-vcdmachine";
+    let ca =
+        reqwest::Certificate::from_pem(&std::fs::read(&webhook.ca_file).expect("CA")).expect("PEM");
+    // No kept-alive connections: they would hold the server's graceful stop (Webhook::stop).
+    let anonymous = reqwest::Client::builder()
+        .add_root_certificate(ca.clone())
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTPS client");
+    let answer = anonymous
+        .post(webhook.url(path))
+        .header("content-type", "application/json")
+        .body(review.clone())
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), 403);
+    let text = answer.text().await.expect("a body");
+    assert!(text.contains("clientAuth.caFile"), "{text}");
+    let stranger = plane
+        .pki
+        .client("webhook-stranger", "prod-ap2-operator", "platform")
+        .expect("a client certificate");
+    let mut pem = std::fs::read(&stranger.cert).expect("cert");
+    pem.extend(std::fs::read(&stranger.key).expect("key"));
+    let other_ca = reqwest::Client::builder()
+        .add_root_certificate(ca.clone())
+        .identity(reqwest::Identity::from_pem(&pem).expect("an identity"))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTPS client");
+    let answered = other_ca
+        .post(webhook.url(path))
+        .header("content-type", "application/json")
+        .body(review)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status());
+    assert!(
+        answered.is_err(),
+        "a certificate of another CA was answered"
+    );
+    assert!(
+        webhook
+            .metrics()
+            .await
+            .contains("nicpolicy_requests_rejected_total{reason=\"client_certificate\"} 1"),
+        "{}",
+        webhook.metrics().await
+    );
+    webhook.unregister();
+}

@@ -414,6 +414,7 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         "verification.keysConfigMap=policy-keys",
         "verification.rules[0].references[0]=registry.example.net/platform/*",
         "verification.rules[0].keys[0]=platform.pub",
+        "webhook.clientAuth.caConfigMap=kube-apiserver-webhook-client-ca",
     ];
     for (mode, namespace, extra) in [
         ("certManager", "platform-nicpolicy", vec![]),
@@ -598,6 +599,38 @@ async fn the_chart_installs_in_any_namespace_in_each_certificate_mode() {
         assert_eq!(
             config["verification"][0]["references"][0],
             "registry.example.net/platform/*"
+        );
+        // The client CA, in the webhook's pod, where clientAuth.caFile names it.
+        let webhook = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Deployment" && o["metadata"]["name"] == format!("{release}-webhook")
+            })
+            .expect("the webhook's Deployment");
+        let pod = &webhook["spec"]["template"]["spec"];
+        let mount = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["name"] == "client-ca"))
+            .expect("the client CA mounted");
+        let volume = pod["volumes"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == "client-ca"))
+            .expect("the client CA's volume");
+        assert_eq!(
+            volume["configMap"]["name"],
+            "kube-apiserver-webhook-client-ca"
+        );
+        assert_eq!(
+            format!(
+                "{}/{}",
+                mount["mountPath"].as_str().unwrap_or(""),
+                volume["configMap"]["items"][0]["path"]
+                    .as_str()
+                    .unwrap_or("")
+            ),
+            config["clientAuth"]["caFile"]
+                .as_str()
+                .unwrap_or("no clientAuth.caFile")
         );
         let secret = objects
             .iter()

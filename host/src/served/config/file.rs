@@ -19,6 +19,7 @@ pub struct ConfigFile {
     pub kind: Option<String>,
     pub listen: Option<String>,
     pub tls: Option<Tls>,
+    pub client_auth: Option<ClientAuth>,
     #[serde(default)]
     pub policies: BTreeMap<String, Vec<Policy>>,
     pub on_policy_failure: Option<FailureMode>,
@@ -133,6 +134,12 @@ pub struct Tls {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub reload_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientAuth {
+    pub ca_file: PathBuf,
 }
 
 #[derive(Deserialize)]

@@ -215,6 +215,14 @@ pub struct PolicyConfig {
     pub field: String,
 }
 
+/// Who may send reviews (`clientAuth`): clients whose certificate `ca_file`'s CA signed.
+/// Probes and metrics stay open to any client (the kubelet and Prometheus present none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// PEM CA certificates: the CA that signed kube-apiserver's client certificate for webhooks.
+    pub ca_file: PathBuf,
+}
+
 /// TLS files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
@@ -258,6 +266,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Certificate and key; `None` needs `--tls-self-signed`.
     pub tls: Option<TlsFiles>,
+    /// Reviews only from clients with a certificate this CA signed (kube-apiserver's, through
+    /// its AdmissionConfiguration); `None`: from any client.
+    pub client_auth: Option<ClientAuth>,
     /// The chain of policies for each kind; a kind that is absent is not served.
     pub policies: BTreeMap<ObjectKind, Vec<PolicyConfig>>,
     /// What to do when a policy fails at run time (trap, time limit, memory cap, bad output).
@@ -379,6 +390,7 @@ impl ServeConfig {
             path: None,
             listen: DEFAULTS.listen,
             tls: None,
+            client_auth: None,
             policies: ObjectKind::ALL
                 .into_iter()
                 .map(|k| (k, vec![capvcd(k)]))
@@ -462,6 +474,10 @@ impl ServeConfig {
                 None => DEFAULTS.listen,
             },
             tls: raw.tls.as_ref().map(|tls| reader.tls(tls)).transpose()?,
+            client_auth: raw
+                .client_auth
+                .as_ref()
+                .map(|auth| reader.client_auth(auth)),
             policies: reader.policies(
                 &raw.policies,
                 raw.registry
@@ -613,6 +629,14 @@ impl Reader<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// `clientAuth`. The CA file is read where it is used, when `serve` starts (an error names
+    /// `clientAuth.caFile`): the controller reads the same configuration without it mounted.
+    fn client_auth(&self, auth: &file::ClientAuth) -> ClientAuth {
+        ClientAuth {
+            ca_file: self.resolve(&auth.ca_file),
+        }
     }
 
     fn tls(&self, tls: &file::Tls) -> Result<TlsFiles, ConfigError> {
