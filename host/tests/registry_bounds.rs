@@ -26,7 +26,13 @@ enum Behaviour {
     Silent,
     /// Answers `/v2/` and the manifest; blobs as `Blobs` says.
     Serve { manifest: String, blobs: Blobs },
+    /// Answers the manifest request with `status` and 256 MiB of body, counting what it could
+    /// send in `blob_requests` (bytes, here).
+    Endless { status: u16 },
 }
+
+/// What [`Behaviour::Endless`] sends, unless the client stops reading.
+const ENDLESS_BYTES: usize = 256 << 20;
 
 /// A registry on loopback that behaves as told, counting the blob requests it got.
 struct Fake {
@@ -50,6 +56,10 @@ impl Fake {
                         let (manifest, blobs, counted) =
                             (manifest.clone(), *blobs, counted.clone());
                         std::thread::spawn(move || serve(stream, &manifest, blobs, &counted));
+                    }
+                    Behaviour::Endless { status } => {
+                        let (status, counted) = (*status, counted.clone());
+                        std::thread::spawn(move || endless(stream, status, &counted));
                     }
                 }
             }
@@ -111,6 +121,46 @@ fn serve(stream: TcpStream, manifest: &str, blobs: Blobs, blob_requests: &Atomic
         if answered.is_err() {
             return;
         }
+    }
+}
+
+/// Answers `/v2/`, then the manifest request with `status` and [`ENDLESS_BYTES`] of a JSON
+/// string, a MiB at a time, adding what was written to `sent` until the client hangs up.
+fn endless(stream: TcpStream, status: u16, sent: &AtomicUsize) {
+    let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+    let mut writer = stream;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        if !request_line.contains("/manifests/") {
+            if write!(writer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{{}}").is_err() {
+                return;
+            }
+            continue;
+        }
+        let head = format!(
+            "HTTP/1.1 {status} Answer\r\nContent-Type: application/json\r\nContent-Length: \
+             {ENDLESS_BYTES}\r\n\r\n"
+        );
+        if writer.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..ENDLESS_BYTES / chunk.len() {
+            if writer.write_all(&chunk).is_err() {
+                return;
+            }
+            sent.fetch_add(chunk.len(), Ordering::SeqCst);
+        }
+        return;
     }
 }
 
@@ -230,4 +280,48 @@ fn a_layer_shorter_than_its_manifest_says_is_refused() {
     });
     let err = pull(&fake.reference(), &options(Timeouts::default())).expect_err("too short");
     assert!(err.to_string().contains("sent 500 bytes"), "{err}");
+}
+
+#[test]
+fn a_manifest_past_its_bound_is_refused_without_reading_the_rest() {
+    let fake = Fake::start(Behaviour::Endless { status: 200 });
+    let started = Instant::now();
+    let err = pull(&fake.reference(), &options(Timeouts::default())).expect_err("too large");
+    assert!(
+        err.to_string().contains(&format!(
+            "is over {} bytes",
+            nicpolicy::oci::manifest::MAX_MANIFEST_BYTES
+        )),
+        "{err}"
+    );
+    assert!(
+        !matches!(
+            err,
+            OciError::Registry {
+                unreachable: true,
+                ..
+            }
+        ),
+        "a registry that sends too much is no outage: {err:?}"
+    );
+    // What the registry could send before the connection closed: the bound, and what the
+    // sockets' buffers took, not the 256 MiB.
+    let sent = fake.blob_requests.load(Ordering::SeqCst);
+    assert!(sent < 16 << 20, "{sent} bytes sent: read on past the bound");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn an_error_answer_is_read_to_its_bound_only() {
+    let fake = Fake::start(Behaviour::Endless { status: 404 });
+    let err = pull(&fake.reference(), &options(Timeouts::default())).expect_err("not found");
+    let text = err.to_string();
+    assert!(text.contains("404"), "{text}");
+    assert!(
+        text.len() < 2 * nicpolicy::oci::manifest::MAX_ERROR_BODY_BYTES,
+        "{} bytes of error",
+        text.len()
+    );
+    let sent = fake.blob_requests.load(Ordering::SeqCst);
+    assert!(sent < 16 << 20, "{sent} bytes sent: read on past the bound");
 }

@@ -19,6 +19,7 @@ pub mod auth;
 pub mod blob;
 pub mod config;
 pub mod fetcher;
+pub mod manifest;
 pub mod mirror;
 pub mod signature;
 pub mod store;
@@ -208,12 +209,13 @@ pub fn parse_reference(reference: &str) -> Result<Reference, OciError> {
         })
 }
 
-/// A registry client for `reference` with `options`, and the credentials to use.
+/// A registry client for `reference` with `options`, the credentials to use, and the bounded
+/// manifest reader with the same TLS settings.
 fn client(
     reference: &str,
     parsed: &Reference,
     options: &RegistryOptions,
-) -> Result<(Client, RegistryAuth), OciError> {
+) -> Result<(Client, RegistryAuth, manifest::Manifests), OciError> {
     // reqwest is built without a TLS provider of its own: the process uses ring, as the
     // webhook does (one TLS stack; no aws-lc-rs).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -251,6 +253,12 @@ fn client(
             data,
         });
     }
+    let manifests = manifest::Manifests::new(
+        &extra_root_certificates,
+        options.plain_http,
+        &options.timeouts,
+    )
+    .map_err(|err| OciError::Config(format!("{reference}: the registry client: {err}")))?;
     let client = Client::new(ClientConfig {
         protocol,
         extra_root_certificates,
@@ -260,7 +268,7 @@ fn client(
     });
     let auth = auth::credentials(&registry, options.docker_config.as_deref())
         .map_err(|err| OciError::Config(err.to_string()))?;
-    Ok((client, auth))
+    Ok((client, auth, manifests))
 }
 
 fn registry_error<'a>(
@@ -346,17 +354,18 @@ pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, 
 
 async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pulled, OciError> {
     let parsed = parse_reference(reference)?;
-    let (client, auth) = client(reference, &parsed, options)?;
+    let (client, auth, manifests) = client(reference, &parsed, options)?;
     let layout_error = |why: String| OciError::Layout {
         reference: reference.to_string(),
         why,
     };
     // The manifest as the registry sent it: the store keeps these bytes, which prove which
     // layer the digest names.
-    let (manifest_bytes, _) = client
-        .pull_manifest_raw(
-            &parsed,
+    let manifest_bytes = manifests
+        .get(
+            &client,
             &auth,
+            &parsed,
             &[
                 oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
                 oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
@@ -427,7 +436,7 @@ async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pu
         (Vec::new(), None)
     } else {
         // Read through the same client: its token for the repository is still good.
-        let signatures = signature::fetch(&client, &auth, &parsed, &manifest_digest)
+        let signatures = signature::fetch(&client, &manifests, &auth, &parsed, &manifest_digest)
             .await
             .map_err(registry_error(reference, "reading its signatures"))?;
         let verified_by = options.verification.check(
@@ -461,7 +470,7 @@ pub async fn push(
     options: &RegistryOptions,
 ) -> Result<String, OciError> {
     let parsed = parse_reference(reference)?;
-    let (client, auth) = client(reference, &parsed, options)?;
+    let (client, auth, _) = client(reference, &parsed, options)?;
     client
         .auth(&parsed, &auth, RegistryOperation::Push)
         .await

@@ -15,7 +15,7 @@ use super::{RegistryOptions, MANIFEST};
 
 /// A signature image's config or payload, or a policy's config, is small; a larger blob is
 /// not copied through memory.
-const MAX_SMALL_BLOB: i64 = 1 << 20;
+const MAX_SMALL_BLOB: u64 = 1 << 20;
 
 /// What [`copy`] did.
 #[derive(Debug)]
@@ -34,17 +34,19 @@ struct End<'a> {
     parsed: Reference,
     client: Client,
     auth: RegistryAuth,
+    manifests: super::manifest::Manifests,
 }
 
 impl<'a> End<'a> {
     fn new(reference: &'a str, options: &RegistryOptions) -> Result<End<'a>, OciError> {
         let parsed = parse_reference(reference)?;
-        let (client, auth) = client(reference, &parsed, options)?;
+        let (client, auth, manifests) = client(reference, &parsed, options)?;
         Ok(End {
             reference,
             parsed,
             client,
             auth,
+            manifests,
         })
     }
 
@@ -55,50 +57,53 @@ impl<'a> End<'a> {
         what: &'static str,
     ) -> Result<Option<(Vec<u8>, OciImageManifest)>, OciError> {
         match self
-            .client
-            .pull_manifest_raw(at, &self.auth, &[MANIFEST])
+            .manifests
+            .get(&self.client, &self.auth, at, &[MANIFEST])
             .await
         {
-            Ok((bytes, _)) => {
+            Ok(bytes) => {
                 let manifest = serde_json::from_slice(&bytes).map_err(|err| OciError::Layout {
                     reference: self.reference.to_string(),
                     why: format!("{what}: not an OCI image manifest: {err}"),
                 })?;
-                Ok(Some((bytes.to_vec(), manifest)))
+                Ok(Some((bytes, manifest)))
             }
             Err(err) if super::signature::is_not_found(&err) => Ok(None),
             Err(err) => Err(registry_error(self.reference, what)(err)),
         }
     }
 
+    /// A config or signature blob, read to at most its declared size and [`MAX_SMALL_BLOB`]
+    /// ([`super::blob::read`]: cut off at the first byte more, digest checked).
     async fn small_blob(
         &self,
         at: &Reference,
         descriptor: &oci_client::manifest::OciDescriptor,
     ) -> Result<Vec<u8>, OciError> {
-        if descriptor.size > MAX_SMALL_BLOB {
-            return Err(OciError::Layout {
+        use super::blob::BlobError;
+        match super::blob::read(&self.client, at, descriptor, MAX_SMALL_BLOB).await {
+            Ok(bytes) => Ok(bytes),
+            Err(BlobError::Digest { expected, actual }) => Err(OciError::Digest {
+                reference: self.reference.to_string(),
+                expected,
+                actual,
+            }),
+            Err(err @ (BlobError::Registry(_) | BlobError::Broken { .. })) => {
+                Err(OciError::Registry {
+                    reference: self.reference.to_string(),
+                    what: "reading a blob",
+                    unreachable: err.unreachable(),
+                    why: err.to_string(),
+                })
+            }
+            Err(err) => Err(OciError::Layout {
                 reference: self.reference.to_string(),
                 why: format!(
-                    "blob {} is {} bytes; a config or signature is at most {MAX_SMALL_BLOB}",
-                    descriptor.digest, descriptor.size
+                    "blob {} (a config or signature, at most {MAX_SMALL_BLOB} bytes): {err}",
+                    descriptor.digest
                 ),
-            });
+            }),
         }
-        let mut bytes = Vec::new();
-        self.client
-            .pull_blob(at, descriptor, &mut bytes)
-            .await
-            .map_err(registry_error(self.reference, "reading a blob"))?;
-        let actual = digest_of(&bytes);
-        if actual != descriptor.digest {
-            return Err(OciError::Digest {
-                reference: self.reference.to_string(),
-                expected: descriptor.digest.clone(),
-                actual,
-            });
-        }
-        Ok(bytes)
     }
 
     async fn push_blob(

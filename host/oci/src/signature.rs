@@ -409,15 +409,22 @@ pub(super) fn is_not_found(err: &oci_client::errors::OciDistributionError) -> bo
 /// The signature image of `manifest_digest`, if the registry has one.
 async fn signature_image(
     client: &Client,
+    manifests: &super::manifest::Manifests,
     auth: &RegistryAuth,
     parsed: &Reference,
     manifest_digest: &str,
 ) -> Result<Option<OciImageManifest>, oci_client::errors::OciDistributionError> {
-    match client
-        .pull_image_manifest(&signature_reference(parsed, manifest_digest), auth)
-        .await
-    {
-        Ok((manifest, _)) => Ok(Some(manifest)),
+    let at = signature_reference(parsed, manifest_digest);
+    let accept = [
+        oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+        oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+    ];
+    match manifests.get(client, auth, &at, &accept).await {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|err| {
+            oci_client::errors::OciDistributionError::ManifestParsingError(format!(
+                "the signature image {at}: {err}"
+            ))
+        }),
         Err(err) if is_not_found(&err) => Ok(None),
         Err(err) => Err(err),
     }
@@ -428,11 +435,13 @@ async fn signature_image(
 /// or are too large are passed over.
 pub(super) async fn fetch(
     client: &Client,
+    manifests: &super::manifest::Manifests,
     auth: &RegistryAuth,
     parsed: &Reference,
     manifest_digest: &str,
 ) -> Result<Vec<Signature>, oci_client::errors::OciDistributionError> {
-    let Some(image) = signature_image(client, auth, parsed, manifest_digest).await? else {
+    let Some(image) = signature_image(client, manifests, auth, parsed, manifest_digest).await?
+    else {
         return Ok(Vec::new());
     };
     let at = signature_reference(parsed, manifest_digest);
@@ -603,7 +612,7 @@ pub async fn sign(
     options: &super::RegistryOptions,
 ) -> Result<Signed, OciError> {
     let parsed = super::parse_reference(reference)?;
-    let (client, auth) = super::client(reference, &parsed, options)?;
+    let (client, auth, manifests) = super::client(reference, &parsed, options)?;
     client
         .auth(&parsed, &auth, oci_client::RegistryOperation::Push)
         .await
@@ -619,7 +628,7 @@ pub async fn sign(
     let payload = payload(&repository, &digest);
     let signature = key.sign(payload.as_bytes())?;
     let at = signature_reference(&parsed, &digest);
-    let mut layers = signature_image(&client, &auth, &parsed, &digest)
+    let mut layers = signature_image(&client, &manifests, &auth, &parsed, &digest)
         .await
         .map_err(super::registry_error(reference, "reading its signatures"))?
         .map(|image| image.layers)
