@@ -1,7 +1,8 @@
 //! Pulls from a registry that misbehaves on purpose, on loopback: one that never answers, one
 //! whose manifest names 200 layers or a layer larger than a module may be, one that sends more
-//! bytes than its manifest declares. Each pull ends within its time bound, fetches nothing it
-//! need not, and is refused naming what was wrong.
+//! bytes than its manifest declares, one that streams 256 MiB as a manifest or an error body.
+//! Each pull ends within its time bound, fetches nothing it need not, and is refused naming
+//! what was wrong.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
