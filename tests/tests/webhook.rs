@@ -1679,6 +1679,69 @@ async fn reviews_that_decode_large_are_held_to_the_budget() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_one_http2_connection_a_review_is_not_held_behind_bodies_waiting_for_room() {
+    // kube-apiserver sends its reviews over one HTTP/2 connection. Large reviews there that
+    // cannot get room in the body budget (held here by a body that stalls on a connection of
+    // its own) must not keep their unread bytes in that connection's flow-control window, or
+    // every review multiplexed behind them waits with them, up to readTimeout.
+    let dir = scratch("http2-stalled-bodies");
+    let mut config = shipped_config(&dir);
+    config.connections.max_buffered_bytes = 4 << 20;
+    config.connections.read_timeout = Duration::from_secs(10);
+    let server = Arc::new(TestServer::start(config).await);
+    // 3 MB of the 4 MiB budget held by a body that stops arriving.
+    let holder = {
+        let server = server.clone();
+        tokio::spawn(async move { stall(&server, 3_000_000, 2_900_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 1.2 MB reviews of one long label: more than the room left.
+    let mut review = fixture("vcdmachine-create-worker");
+    review["request"]["object"]["metadata"]["labels"]["note"] =
+        Value::String("n".repeat(1_200_000));
+    let body = serde_json::to_vec(&review).expect("JSON");
+    let shared = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(server.ca.as_bytes()).expect("CA"))
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let path = Endpoint::Validate.path(M);
+    let large: Vec<_> = (0..4)
+        .map(|_| {
+            let (request, body) = (shared.post(server.url(&path)), body.clone());
+            tokio::spawn(async move { post_json(request, body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let (status, text) = post_json(
+        shared.post(server.url(&path)),
+        serde_json::to_vec(&fixture("vcdmachine-create-worker")).expect("JSON"),
+    )
+    .await;
+    let answered_in = asked.elapsed();
+    assert_eq!(status, 200, "{text}");
+    let mut statuses = Vec::new();
+    for task in large {
+        let (status, text) = task.await.expect("client");
+        // No room at once: 503 (the failurePolicy applies), never left waiting.
+        assert_eq!(status, 503, "{text}");
+        statuses.push(status);
+    }
+    eprintln!(
+        "4 large reviews over one HTTP/2 connection, the budget held: {statuses:?}; a small one \
+         behind them answered in {answered_in:?}"
+    );
+    assert!(
+        answered_in < Duration::from_secs(2),
+        "the small review waited {answered_in:?} behind bodies waiting for room"
+    );
+    holder.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_cap_are_closed_and_idle_ones_time_out() {
     use tokio::io::AsyncReadExt as _;

@@ -276,8 +276,10 @@ impl App {
     /// webhook's failurePolicy), else with HTTP 413. A body that does not arrive within
     /// `connections.readTimeout` (408), or finds no room in the budget within it (503), is
     /// answered with an HTTP error, which the API server handles by the webhook's
-    /// failurePolicy: neither admits anything unchecked.
+    /// failurePolicy: neither admits anything unchecked. Over HTTP/2 a body waits for no room
+    /// at all ([`App::room_wait`]).
     async fn read_body(&self, request: Request) -> Result<(Bytes, Taken), Response> {
+        let room_wait = self.room_wait(request.version());
         let declared = request
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -292,7 +294,7 @@ impl App {
         // Reading and waiting for room are timed apart: a review queued behind stalled bodies
         // waits for their deadline, then reads in its own time.
         let mut reading = self.connections.read_timeout;
-        let mut waiting = self.connections.read_timeout;
+        let mut waiting = room_wait;
         loop {
             let at = Instant::now();
             let frame = match tokio::time::timeout(reading, body.frame()).await {
@@ -392,6 +394,8 @@ impl App {
             return Err(self.too_large(body, message));
         }
         let total = taken.bytes().saturating_add(decoded);
+        // The body is read whole by now, so waiting holds no flow-control window, even over
+        // HTTP/2.
         match tokio::time::timeout(
             self.connections.read_timeout,
             self.budget.reserve(taken, total),
@@ -400,6 +404,21 @@ impl App {
         {
             Ok(()) => Ok(()),
             Err(_) => Err(self.buffers_full()),
+        }
+    }
+
+    /// How long a body may wait for room in the budget: up to `connections.readTimeout` over
+    /// HTTP/1, where it holds only its own connection; not at all over HTTP/2 (how
+    /// kube-apiserver sends its reviews), where a waiting body's unread bytes stay in the
+    /// connection's flow-control window, so a few large bodies waiting for room would hold up
+    /// every review multiplexed behind them. Answered 503 at once there, the handler's end
+    /// resets the stream and gives its window back. (A zero timeout still takes room that is
+    /// free: the reservation is tried once first.)
+    fn room_wait(&self, version: axum::http::Version) -> Duration {
+        if version == axum::http::Version::HTTP_2 {
+            Duration::ZERO
+        } else {
+            self.connections.read_timeout
         }
     }
 
