@@ -76,27 +76,33 @@ impl Fake {
     }
 }
 
+/// The path of the connection's next request, its headers read; `None` once it is closed.
+fn next_request(reader: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+        return None;
+    }
+    // The headers, up to the blank line.
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    Some(
+        request_line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("/")
+            .to_string(),
+    )
+}
+
 /// Answers the requests of one connection.
 fn serve(stream: TcpStream, manifest: &str, blobs: Blobs, blob_requests: &AtomicUsize) {
     let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
     let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        // The headers, up to the blank line.
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                break;
-            }
-        }
-        let path = request_line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("/")
-            .to_string();
+    while let Some(path) = next_request(&mut reader) {
         let answered = if path.contains("/manifests/") {
             let digest = format!("sha256:{:x}", Sha256::digest(manifest.as_bytes()));
             write!(
@@ -130,18 +136,8 @@ fn serve(stream: TcpStream, manifest: &str, blobs: Blobs, blob_requests: &Atomic
 fn endless(stream: TcpStream, status: u16, sent: &AtomicUsize) {
     let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
     let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                break;
-            }
-        }
-        if !request_line.contains("/manifests/") {
+    while let Some(path) = next_request(&mut reader) {
+        if !path.contains("/manifests/") {
             if write!(writer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{{}}").is_err() {
                 return;
             }
