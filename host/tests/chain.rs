@@ -305,6 +305,28 @@ fn violations_and_warnings_of_every_policy_are_attributed() {
 }
 
 #[test]
+fn a_chain_without_step_decisions_combines_the_same_decision() {
+    let chain = || {
+        PolicyChain::new(dmz_guard()).then(
+            capvcd()
+                .with_settings(json!({"maxNics": 2}))
+                .expect("settings accepted"),
+        )
+    };
+    let kept = chain().evaluate(&request()).expect("evaluates");
+    let moved = chain()
+        .without_step_decisions()
+        .evaluate(&request())
+        .expect("evaluates");
+    assert_eq!(moved.decision, kept.decision);
+    assert!(!kept.steps[0].evaluation.decision.violations.is_empty());
+    // What the served path does not read is not kept: the decisions moved into the combined one.
+    for step in &moved.steps {
+        assert_eq!(step.evaluation.decision, Decision::default());
+    }
+}
+
+#[test]
 fn a_failing_policy_stops_the_chain_and_is_named() {
     let broken = module("broken-site-rules", Ends::Trapping);
     // If the chain went on after the trap, this policy would run into its time limit.

@@ -78,54 +78,68 @@ impl Combiner {
     /// Adds the decision of `policy`, the next enforced policy of the chain. Returns the extra
     /// networks the next policy is to see when this decision rewrote them.
     pub fn add(&mut self, policy: &str, decision: &Decision) -> Option<&[String]> {
+        self.add_owned(policy, decision.clone())
+    }
+
+    /// [`Combiner::add`] for a decision the caller does not keep: its parts are moved into the
+    /// combined one instead of copied.
+    pub fn add_owned(&mut self, policy: &str, decision: Decision) -> Option<&[String]> {
+        let Decision {
+            allowed,
+            nics,
+            extra_ovdc_networks,
+            vapp_networks,
+            violations,
+            warnings,
+            strict,
+        } = decision;
         let combined = &mut self.combined;
-        combined.allowed &= decision.allowed;
-        combined.strict |= decision.strict;
+        combined.allowed &= allowed;
+        combined.strict |= strict;
         let several = self.several;
-        let label = |text: &str| {
+        let label = |text: String| {
             if several {
-                attributed(policy, text)
+                attributed(policy, &text)
             } else {
-                text.to_string()
+                text
             }
         };
         combined
             .violations
-            .extend(decision.violations.iter().map(|v| Violation {
-                field: v.field.clone(),
-                reason: v.reason,
-                message: label(&v.message),
-                source: Some(stamped(v.source.clone(), policy)),
+            .extend(violations.into_iter().map(|v| Violation {
+                message: label(v.message),
+                source: Some(stamped(v.source, policy)),
+                ..v
             }));
-        combined
-            .warnings
-            .extend(decision.warnings.iter().map(|w| label(w)));
-        combined.nics = if self.nic_sources {
-            decision
-                .nics
+        combined.warnings.extend(warnings.into_iter().map(label));
+        // With sources, the policy's own plan names the writers of a rewritten list below.
+        let own_plan = if self.nic_sources {
+            combined.nics = nics
                 .iter()
                 .map(|nic| attributed_nic(nic, policy, &self.writers))
-                .collect()
+                .collect();
+            nics
         } else {
-            decision
-                .nics
-                .iter()
+            combined.nics = nics
+                .into_iter()
                 .map(|nic| Nic {
                     source: None,
-                    ..nic.clone()
+                    ..nic
                 })
-                .collect()
+                .collect();
+            Vec::new()
         };
-        combined.vapp_networks = decision.vapp_networks.clone();
-        let list = decision.extra_ovdc_networks.as_ref()?;
-        self.written = Some(list.clone());
-        if *list == self.current {
+        combined.vapp_networks = vapp_networks;
+        let list = extra_ovdc_networks?;
+        if list == self.current {
+            self.written = Some(list);
             return None;
         }
         if self.nic_sources {
-            self.writers = rewritten_by(list, &self.current, &self.writers, &decision.nics, policy);
+            self.writers = rewritten_by(&list, &self.current, &self.writers, &own_plan, policy);
         }
         self.current = list.clone();
+        self.written = Some(list);
         Some(&self.current)
     }
 

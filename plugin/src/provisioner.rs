@@ -209,31 +209,51 @@ impl Provisioner {
     /// are the plan's; which network a provisioner attaches at an index is [`unapplied`]'s
     /// business.
     pub fn build(&self, nic: &Nic) -> Nic {
+        let shape = self.shape_of(nic);
         let mut built = Nic::capvcd(nic.index, nic.network.clone());
-        built.primary = if self.applies(PlanField::Primary) {
-            nic.primary
-        } else {
-            nic.index == 0
-        };
-        built.ip_allocation_mode = if self.applies(PlanField::IpAllocationMode) {
-            nic.ip_allocation_mode
-        } else {
-            self.builds.ip_allocation_mode
-        };
-        if self.applies(PlanField::IpAddress) {
+        built.primary = shape.primary;
+        built.ip_allocation_mode = shape.ip_allocation_mode;
+        if shape.keeps_address {
             built.ip_address = nic.ip_address.clone();
         }
-        built.adapter_type = if self.applies(PlanField::AdapterType) {
-            nic.adapter_type
-        } else {
-            self.builds.adapter_type
-        };
-        built.connected = if self.applies(PlanField::Connected) {
-            nic.connected
-        } else {
-            self.builds.connected
-        };
+        built.adapter_type = shape.adapter_type;
+        built.connected = shape.connected;
         built
+    }
+
+    /// [`Provisioner::build`]'s NIC but its network and address: what the unapplied check
+    /// compares, per NIC of every evaluation, without copying a string.
+    fn shape_of(&self, nic: &Nic) -> BuiltShape {
+        fn planned_or<T>(applied: bool, planned: T, built: T) -> T {
+            if applied {
+                planned
+            } else {
+                built
+            }
+        }
+        BuiltShape {
+            primary: planned_or(
+                self.applies(PlanField::Primary),
+                nic.primary,
+                nic.index == 0,
+            ),
+            ip_allocation_mode: planned_or(
+                self.applies(PlanField::IpAllocationMode),
+                nic.ip_allocation_mode,
+                self.builds.ip_allocation_mode,
+            ),
+            keeps_address: self.applies(PlanField::IpAddress),
+            adapter_type: planned_or(
+                self.applies(PlanField::AdapterType),
+                nic.adapter_type,
+                self.builds.adapter_type,
+            ),
+            connected: planned_or(
+                self.applies(PlanField::Connected),
+                nic.connected,
+                self.builds.connected,
+            ),
+        }
     }
 
     /// A NIC this provisioner creates on `network` at `index` that no plan speaks of.
@@ -355,14 +375,14 @@ pub fn unapplied(
                 });
             }
         };
-        if i > 0 {
+        // The texts are made only for what is reported: this runs for every NIC of every
+        // evaluation.
+        if i > 0 && extras.get(i - 1) != Some(&nic.network) {
             let built = extras.get(i - 1).map_or_else(
                 || format!("no NIC {i} (extraOvdcNetworks has {})", extras.len()),
                 |network| format!("{network} (extraOvdcNetworks[{}])", i - 1),
             );
-            if extras.get(i - 1) != Some(&nic.network) {
-                push(PlanField::Network, nic.network.clone(), built);
-            }
+            push(PlanField::Network, nic.network.clone(), built);
         }
         if nic.primary != (i == 0) {
             push(
@@ -396,9 +416,19 @@ pub fn unapplied(
     found
 }
 
+/// A built NIC's fields that the plan may have otherwise ([`Provisioner::build`]).
+struct BuiltShape {
+    primary: bool,
+    ip_allocation_mode: IpAllocationMode,
+    /// Whether the planned address is kept (applied).
+    keeps_address: bool,
+    adapter_type: AdapterType,
+    connected: bool,
+}
+
 /// The fields of `nic` that `provisioner` builds otherwise: (field, planned, built).
 fn built_differences(provisioner: &Provisioner, nic: &Nic) -> Vec<(PlanField, String, String)> {
-    let built = provisioner.build(nic);
+    let built = provisioner.shape_of(nic);
     let mut differences = Vec::new();
     if nic.ip_allocation_mode != built.ip_allocation_mode {
         differences.push((
@@ -407,7 +437,7 @@ fn built_differences(provisioner: &Provisioner, nic: &Nic) -> Vec<(PlanField, St
             built.ip_allocation_mode.as_str().to_string(),
         ));
     }
-    if let (Some(address), None) = (&nic.ip_address, &built.ip_address) {
+    if let (Some(address), false) = (&nic.ip_address, built.keeps_address) {
         let built = match built.ip_allocation_mode {
             IpAllocationMode::Pool => "an address from the network's static pool",
             IpAllocationMode::Dhcp => "an address leased by DHCP",

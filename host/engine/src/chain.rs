@@ -72,6 +72,8 @@ pub struct PolicyChain {
     modes: Vec<Mode>,
     /// Who builds the planned NICs, and what to do with a field it will not apply.
     provisioner: Option<Arc<(Provisioner, OnUnapplied)>>,
+    /// Whether each [`Step`] keeps its policy's decision ([`PolicyChain::without_step_decisions`]).
+    step_decisions: bool,
 }
 
 /// Why a chain produced no decision: one policy failed, and the chain stopped there.
@@ -111,7 +113,9 @@ impl fmt::Display for ChainError {
 pub struct Step {
     /// The policy's name.
     pub policy: String,
-    /// Its own decision, logs and time.
+    /// Its own decision, logs and time. The decision is empty (`Decision::default()`) in a
+    /// chain built [`without_step_decisions`](PolicyChain::without_step_decisions): it moved
+    /// into the combined one.
     pub evaluation: Evaluation,
 }
 
@@ -286,6 +290,7 @@ impl PolicyChain {
             policies: vec![first],
             modes: vec![Mode::Enforce],
             provisioner: None,
+            step_decisions: true,
         }
     }
 
@@ -333,6 +338,14 @@ impl PolicyChain {
         for policy in &mut self.policies {
             *policy = policy.with_nic_sources(wanted);
         }
+        self
+    }
+
+    /// This chain for a caller that reads only the combined decision and each step's time,
+    /// memory and fuel (the webhook and the controller): each policy's decision is moved into
+    /// the combined one rather than copied, and its [`Step`] keeps an empty decision.
+    pub fn without_step_decisions(mut self) -> PolicyChain {
+        self.step_decisions = false;
         self
     }
 
@@ -397,6 +410,7 @@ impl PolicyChain {
                 .collect(),
             modes: self.modes.clone(),
             provisioner: self.provisioner.clone(),
+            step_decisions: self.step_decisions,
         }
     }
 
@@ -411,6 +425,7 @@ impl PolicyChain {
             policies,
             modes: self.modes.clone(),
             provisioner: self.provisioner.clone(),
+            step_decisions: self.step_decisions,
         })
     }
 
@@ -502,7 +517,13 @@ impl PolicyChain {
                 len: self.policies.len(),
                 error,
             })?;
-            if let Some(list) = combiner.add(&name, &evaluation.decision) {
+            let mut evaluation = evaluation;
+            let decision = if self.step_decisions {
+                evaluation.decision.clone()
+            } else {
+                std::mem::take(&mut evaluation.decision)
+            };
+            if let Some(list) = combiner.add_owned(&name, decision) {
                 current.to_mut().machine.extra_ovdc_networks = list.to_vec();
             }
             steps.push(Step {
@@ -511,14 +532,18 @@ impl PolicyChain {
             });
         }
         let mut combined = combiner.finish();
+        let sorted = combined.violations.len();
         let unapplied = self
             .provisioner()
             .map(|(provisioner, on_unapplied)| {
                 provisioner::report(provisioner, on_unapplied, request, &mut combined)
             })
             .unwrap_or_default();
-        // The provisioner's findings join the policies' in field order.
-        combined.sort_violations();
+        // The provisioner's findings (violations under onUnapplied: Deny) join the policies' in
+        // field order; `finish` sorted those already.
+        if combined.violations.len() != sorted {
+            combined.sort_violations();
+        }
         crate::stages::mark(crate::stages::Stage::Combine);
         Ok(ChainEvaluation {
             decision: combined,

@@ -321,7 +321,11 @@ fn bench_all(
         nicpolicy::sources::Sources::with_registry(host, registry.clone())
             .loader(host)
             .load(one)
-            .map(|chain| chain.with_nic_sources(args.nic_sources))
+            // As the webhook evaluates, unless NIC sources are asked for (as --explain does).
+            .map(|chain| match args.nic_sources {
+                true => chain.with_nic_sources(true),
+                false => chain.with_nic_sources(false).without_step_decisions(),
+            })
             .map_err(usage)
     };
     let progress = std::io::stderr().is_terminal();

@@ -211,10 +211,11 @@ impl Served {
             };
             // The loader puts each entry in its spec's mode. The webhook and the controller
             // read the violations' sources (rule names), never the NICs': the policies skip
-            // building them.
+            // building them. They read the combined decision, never a step's.
             let chain = loaded
                 .with_provisioner(config.provisioner.clone(), config.on_unapplied)
-                .with_nic_sources(false);
+                .with_nic_sources(false)
+                .without_step_decisions();
             // Where each module came from: a restart that compiles instead of loading from
             // the cache shows here (and says why the cache was bypassed).
             for policy in chain.policies() {
