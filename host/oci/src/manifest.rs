@@ -26,7 +26,7 @@ pub struct Manifests {
 
 impl Manifests {
     /// A reader trusting `roots` beside the system's (as the registry client does), over HTTPS,
-    /// or plain HTTP when `plain` (a loopback registry only: [`super::client`] checks).
+    /// or plain HTTP when `plain` (a loopback registry only: the registry client checks).
     pub fn new(
         roots: &[oci_client::client::Certificate],
         plain: bool,
