@@ -171,13 +171,26 @@ fn watch(
     reflect(Api::all_with(client, resource), resource, trim, failing)
 }
 
-/// Objects per page of a watch's list. A page is held whole while it is read, before any object
-/// in it is trimmed, and a VCDCluster may carry a megabyte of credentials (`spec.userContext`
-/// has no length bound): at kube's default of 500, a webhook that listed 150 such objects
-/// peaked at 438 MiB, past the pod's limit (the admission e2e, `big_vcdclusters_...`). 10 keeps
-/// a page under 15 MB of the largest objects etcd stores (1.5 MB; 63-67 MiB peak there), at the
-/// price of more list calls at start (a site's thousand VCDClusters: 100 small ones).
-pub const WATCH_PAGE_SIZE: u32 = 10;
+/// Objects per page of a watch's list for kinds whose objects may be large. A page is held whole
+/// while it is read, before any object in it is trimmed, and a VCDCluster may carry a megabyte
+/// of credentials (`spec.userContext` has no length bound), a KubeadmControlPlane a megabyte of
+/// files: at kube's default of 500, a webhook that listed 150 such VCDClusters peaked at
+/// 438 MiB, past the pod's limit (the admission e2e, `big_vcdclusters_...`). 10 keeps a page
+/// under 15 MB of the largest objects etcd stores (1.5 MB; 63-67 MiB peak there), at the price
+/// of more list calls at start (a site's thousand VCDClusters: 100 small ones).
+pub const LARGE_OBJECTS_PAGE_SIZE: u32 = 10;
+
+/// How a watch of `kind` lists: [`LARGE_OBJECTS_PAGE_SIZE`] objects to a page for the kinds that
+/// may carry megabytes, kube's default (500) for the others, whose objects are small and many
+/// (10,000 Machines or VCDMachines would take 1,000 list calls at 10).
+pub fn watch_config(kind: &str) -> watcher::Config {
+    match kind {
+        "VCDCluster" | "KubeadmControlPlane" => {
+            watcher::Config::default().page_size(LARGE_OBJECTS_PAGE_SIZE)
+        }
+        _ => watcher::Config::default(),
+    }
+}
 
 /// The `spec` fields of a Cluster the lookup reads: whether it is paused, and its VCDCluster.
 const CLUSTER_READS: &[&str] = &["paused", "infrastructureRef"];
@@ -291,7 +304,7 @@ where
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let kind = resource.kind.clone();
-    let stream = watcher(api, watcher::Config::default().page_size(WATCH_PAGE_SIZE))
+    let stream = watcher(api, watch_config(&resource.kind))
         .default_backoff()
         .modify(trim)
         .reflect(writer)

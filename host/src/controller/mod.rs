@@ -283,13 +283,10 @@ async fn start_watches(
         let store = writer.as_reader();
         // Only the fields an audit reads are kept: at 10,000 machines the caches are most of
         // the controller's memory (docs/benchmarks.md).
-        let stream = watcher(
-            api,
-            watcher::Config::default().page_size(crate::clusters::live::WATCH_PAGE_SIZE),
-        )
-        .default_backoff()
-        .modify(live::trimmer(&resource))
-        .reflect(writer);
+        let stream = watcher(api, crate::clusters::live::watch_config(&resource.kind))
+            .default_backoff()
+            .modify(live::trimmer(&resource))
+            .reflect(writer);
         let shared_for_task = shared.clone();
         let kind = resource.kind.clone();
         tokio::spawn(async move {
