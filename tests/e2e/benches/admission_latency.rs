@@ -374,7 +374,8 @@ async fn main() {
         );
         println!("the webhook's reload.interval: {interval}");
     }
-    let mut webhook = Webhook::start(&plane, &config).await;
+    // At the shipped log level: the suites' debug level writes a line per review.
+    let mut webhook = Webhook::start_logging_info(&plane, &config).await;
     webhook.register().await;
     measure(&client, &kubectl, "with", &args.rates, args.seconds, true).await;
     drop(webhook);

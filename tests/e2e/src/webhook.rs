@@ -37,6 +37,8 @@ pub struct Webhook {
     http: Option<reqwest::Client>,
     /// The CAPVCD version the control plane's CRDs store (its probe is written at it).
     capvcd_version: &'static str,
+    /// `--log-level` of the process.
+    log_level: &'static str,
 }
 
 /// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
@@ -157,10 +159,19 @@ pub fn service_account_token(plane: &ControlPlane, name: &str, manifests: &[Path
 /// `nicpolicy SUBCOMMAND` as the suites run it: as the identity of `kubeconfig` (never the
 /// environment's cluster), logging at debug, with one module cache for every process.
 pub fn nicpolicy_command(subcommand: &str, kubeconfig: &Path) -> Command {
+    nicpolicy_command_logging(subcommand, kubeconfig, SUITE_LOG_LEVEL)
+}
+
+/// What the suites log: nicpolicy's debug lines too (a line per review).
+const SUITE_LOG_LEVEL: &str = "info,nicpolicy=debug";
+
+/// [`nicpolicy_command`] logging at `level` (`info` as the shipped Deployments do, for
+/// benchmarks: a debug line per review is a write per review).
+pub fn nicpolicy_command_logging(subcommand: &str, kubeconfig: &Path, level: &str) -> Command {
     let mut command = Command::new(&binaries().nicpolicy);
     command
         .arg(subcommand)
-        .arg("--log-level=info,nicpolicy=debug")
+        .arg(format!("--log-level={level}"))
         .env("KUBECONFIG", kubeconfig)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("RUST_LOG")
@@ -188,8 +199,17 @@ impl Webhook {
             registered: false,
             http: None,
             capvcd_version: plane.crds.capvcd_version(),
+            log_level: SUITE_LOG_LEVEL,
         };
         webhook.spawn().await;
+        webhook
+    }
+
+    /// [`Webhook::start`] logging at `info`, as the shipped Deployments do (benchmarks).
+    pub async fn start_logging_info(plane: &ControlPlane, config_dir: &Path) -> Webhook {
+        let mut webhook = Webhook::start(plane, config_dir).await;
+        webhook.log_level = "info";
+        webhook.restart().await;
         webhook
     }
 
@@ -202,7 +222,7 @@ impl Webhook {
 
     async fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.ca_file);
-        let mut command = nicpolicy_command("serve", &self.kubeconfig);
+        let mut command = nicpolicy_command_logging("serve", &self.kubeconfig, self.log_level);
         command
             .arg("--config")
             .arg(self.config_dir.join("nicpolicy.yaml"))
