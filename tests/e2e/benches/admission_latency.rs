@@ -13,7 +13,7 @@
 //! Client, kube-apiserver, etcd and nicpolicy share the machine's cores: the figures are those of
 //! one machine, compare them within one run.
 //!
-//! `cargo bench -p nicpolicy-e2e --features e2e --bench admission_latency [-- --seconds N --rates 50,100,200 --reload-interval 30s]`
+//! `cargo bench -p nicpolicy-e2e --features e2e --bench admission_latency [-- --seconds N --rates 50,100,200 --reload-interval 30s --native]`
 //! (after `cargo test --workspace --no-run`, which builds the `nicpolicy` binary it runs).
 
 use std::collections::BTreeMap;
@@ -35,6 +35,9 @@ struct Args {
     rates: Vec<u32>,
     /// `reload.interval` of the webhook's configuration instead of the shipped one (2s).
     reload_interval: Option<String>,
+    /// The webhook decides with the CAPVCD rules compiled in (`--bench-native-capvcd`): what
+    /// the creates pay without Wasm.
+    native: bool,
 }
 
 fn args() -> Args {
@@ -42,6 +45,7 @@ fn args() -> Args {
         seconds: 10,
         rates: vec![50, 100, 200],
         reload_interval: None,
+        native: false,
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -63,6 +67,7 @@ fn args() -> Args {
                     .expect("--rates N,N,...");
             }
             "--reload-interval" => args.reload_interval = given.next(),
+            "--native" => args.native = true,
             // cargo bench passes --bench.
             _ => {}
         }
@@ -376,6 +381,11 @@ async fn main() {
     }
     // At the shipped log level: the suites' debug level writes a line per review.
     let mut webhook = Webhook::start_logging_info(&plane, &config).await;
+    if args.native {
+        println!("the webhook decides with the CAPVCD rules compiled in (no Wasm)");
+        webhook.extra_args = vec!["--bench-native-capvcd".to_string()];
+        webhook.restart().await;
+    }
     webhook.register().await;
     measure(&client, &kubectl, "with", &args.rates, args.seconds, true).await;
     drop(webhook);

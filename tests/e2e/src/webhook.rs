@@ -39,6 +39,8 @@ pub struct Webhook {
     capvcd_version: &'static str,
     /// `--log-level` of the process.
     log_level: &'static str,
+    /// More arguments of `nicpolicy serve`, from the next (re)start.
+    pub extra_args: Vec<String>,
 }
 
 /// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
@@ -200,6 +202,7 @@ impl Webhook {
             http: None,
             capvcd_version: plane.crds.capvcd_version(),
             log_level: SUITE_LOG_LEVEL,
+            extra_args: Vec::new(),
         };
         webhook.spawn().await;
         webhook
@@ -230,7 +233,8 @@ impl Webhook {
             .arg("--ca-bundle")
             .arg(&self.ca_file)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port));
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.extra_args);
         let process = Process::spawn("nicpolicy", command, &self.config_dir.join("nicpolicy.log"))
             .expect("nicpolicy serve starts");
         self.process = Some(process);
