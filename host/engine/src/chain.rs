@@ -511,13 +511,12 @@ impl PolicyChain {
                 });
                 continue;
             }
-            let evaluation = result.map_err(|error| ChainError {
+            let mut evaluation = result.map_err(|error| ChainError {
                 policy: name.clone(),
                 index,
                 len: self.policies.len(),
                 error,
             })?;
-            let mut evaluation = evaluation;
             let decision = if self.step_decisions {
                 evaluation.decision.clone()
             } else {

@@ -362,15 +362,7 @@ async fn pull_unbounded(reference: &str, options: &RegistryOptions) -> Result<Pu
     // The manifest as the registry sent it: the store keeps these bytes, which prove which
     // layer the digest names.
     let manifest_bytes = manifests
-        .get(
-            &client,
-            &auth,
-            &parsed,
-            &[
-                oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
-                oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
-            ],
-        )
+        .get(&client, &auth, &parsed, &manifest::IMAGE_MANIFEST_TYPES)
         .await
         .map_err(registry_error(reference, "pulling"))?;
     let manifest_digest = digest_of(&manifest_bytes);

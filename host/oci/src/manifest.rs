@@ -15,6 +15,13 @@ use super::Timeouts;
 /// what a registry can make the process hold.
 pub const MAX_MANIFEST_BYTES: usize = 512 * 1024;
 
+/// The media types of an image manifest (OCI's and Docker's), as a module's and a signature
+/// image's manifest are asked for.
+pub const IMAGE_MANIFEST_TYPES: [&str; 2] = [
+    oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+    oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+];
+
 /// What is kept of an error answer's body: the start of its message.
 pub const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
 

@@ -415,11 +415,10 @@ async fn signature_image(
     manifest_digest: &str,
 ) -> Result<Option<OciImageManifest>, oci_client::errors::OciDistributionError> {
     let at = signature_reference(parsed, manifest_digest);
-    let accept = [
-        oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
-        oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
-    ];
-    match manifests.get(client, auth, &at, &accept).await {
+    match manifests
+        .get(client, auth, &at, &super::manifest::IMAGE_MANIFEST_TYPES)
+        .await
+    {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|err| {
             oci_client::errors::OciDistributionError::ManifestParsingError(format!(
                 "the signature image {at}: {err}"

@@ -8,8 +8,9 @@ const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
 /// from the heap arenas, one per thread, and stay resident once freed. A watch's list page of
 /// VCDClusters with megabyte passwords is made of such blocks: with the dynamic threshold, a
 /// webhook that listed 150 of them, 10 to a page, peaked at 161-187 MiB; fixed, at 63-67 MiB
-/// (the admission e2e, `big_vcdclusters_...`). Reviews and evaluations allocate far less than this per block, so the
-/// hot path makes no more system calls. No effect, and not needed, with another C library.
+/// (the admission e2e, `big_vcdclusters_...`). Reviews and evaluations allocate far less than
+/// this per block, so the hot path makes no more system calls. No effect, and not needed, with
+/// another C library.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // mallopt has no safe wrapper (rustix has none).
 pub fn return_large_frees() {

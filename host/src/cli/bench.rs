@@ -322,9 +322,12 @@ fn bench_all(
             .loader(host)
             .load(one)
             // As the webhook evaluates, unless NIC sources are asked for (as --explain does).
-            .map(|chain| match args.nic_sources {
-                true => chain.with_nic_sources(true),
-                false => chain.with_nic_sources(false).without_step_decisions(),
+            .map(|chain| {
+                if args.nic_sources {
+                    chain.with_nic_sources(true)
+                } else {
+                    chain.with_nic_sources(false).without_step_decisions()
+                }
             })
             .map_err(usage)
     };

@@ -239,17 +239,14 @@ pub fn keep_looked_up(object: &mut DynamicObject, reads: &[&str]) {
     }
 }
 
-/// The [`LookupError`] for a cached object that was too large to keep, if `object` is one.
-fn oversize(object: &DynamicObject, what: &str) -> Option<LookupError> {
+/// The [`LookupError`] for a cached object that was too large to keep, if `object` is one;
+/// `reads` are the `spec` fields it was projected to.
+fn oversize(object: &DynamicObject, what: &str, reads: &[&str]) -> Option<LookupError> {
     let bytes = object.data.get(OVERSIZE)?.as_u64()?;
     Some(LookupError::Invalid(format!(
         "{what}: the fields nicpolicy reads (spec.{}) take {bytes} bytes, over the {} KiB a \
          cached object may hold; it is not cached (make them smaller)",
-        if what.starts_with("VCDCluster") {
-            VCD_CLUSTER_READS.join(", spec.")
-        } else {
-            CLUSTER_READS.join(", spec.")
-        },
+        reads.join(", spec."),
         MAX_CACHED_OBJECT_BYTES / 1024
     )))
 }
@@ -343,9 +340,8 @@ impl ClusterSource for KubeClusters {
         let key =
             ObjectRef::new_with(cluster_name, caches.cluster_resource.clone()).within(namespace);
         // A served object's `data` holds everything but its metadata: `spec` is where a
-        // manifest has it.
-        // An oversized Cluster is cached without its spec: not known to be paused, and its
-        // lookup fails.
+        // manifest has it. An oversized Cluster is cached without its spec: not known to be
+        // paused, and its lookup fails.
         caches
             .clusters
             .get(&key)
@@ -382,7 +378,11 @@ impl ClusterSource for KubeClusters {
                 caches.cluster_resource.version
             ))
         })?;
-        if let Some(err) = oversize(&cluster, &format!("Cluster {namespace}/{cluster_name}")) {
+        if let Some(err) = oversize(
+            &cluster,
+            &format!("Cluster {namespace}/{cluster_name}"),
+            CLUSTER_READS,
+        ) {
             return Err(err);
         }
         let cluster = serde_json::to_value(cluster.as_ref()).map_err(|err| {
@@ -396,7 +396,11 @@ impl ClusterSource for KubeClusters {
                 "Cluster {namespace}/{cluster_name} points at VCDCluster {vcd_name}, which does not exist"
             ))
         })?;
-        if let Some(err) = oversize(&vcd, &format!("VCDCluster {namespace}/{vcd_name}")) {
+        if let Some(err) = oversize(
+            &vcd,
+            &format!("VCDCluster {namespace}/{vcd_name}"),
+            VCD_CLUSTER_READS,
+        ) {
             return Err(err);
         }
         let mut vcd = serde_json::to_value(vcd.as_ref()).map_err(|err| {
@@ -485,7 +489,7 @@ mod tests {
         assert!(object.metadata.labels.is_none() && object.metadata.annotations.is_none());
         assert!(object.metadata.managed_fields.is_none());
         assert_eq!(object.metadata.uid.as_deref(), Some("5d1c"));
-        assert!(oversize(&object, "VCDCluster prod-eu1/prod-eu1").is_none());
+        assert!(oversize(&object, "VCDCluster prod-eu1/prod-eu1", VCD_CLUSTER_READS).is_none());
         // The policies' view of it is that of the whole object.
         let kept = serde_json::to_value(&object).expect("JSON");
         assert_eq!(
@@ -521,7 +525,8 @@ mod tests {
         let mut object = vcd_cluster(&format!("backup-{}", "n".repeat(MAX_CACHED_OBJECT_BYTES)));
         keep_looked_up(&mut object, VCD_CLUSTER_READS);
         assert!(object.data.get("spec").is_none(), "{}", object.data);
-        let err = oversize(&object, "VCDCluster prod-eu1/prod-eu1").expect("refused");
+        let err =
+            oversize(&object, "VCDCluster prod-eu1/prod-eu1", VCD_CLUSTER_READS).expect("refused");
         let text = err.to_string();
         assert!(text.contains("VCDCluster prod-eu1/prod-eu1"), "{text}");
         assert!(text.contains("over the 64 KiB"), "{text}");
