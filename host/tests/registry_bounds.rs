@@ -193,6 +193,24 @@ fn options(timeouts: Timeouts) -> RegistryOptions {
     }
 }
 
+/// Whether `err` is an outage, which a stored copy may stand in for.
+fn is_outage(err: &OciError) -> bool {
+    matches!(
+        err,
+        OciError::Registry {
+            unreachable: true,
+            ..
+        }
+    )
+}
+
+/// What an [`Behaviour::Endless`] registry could send before the connection closed: the bound,
+/// and what the sockets' buffers took, never the 256 MiB.
+fn assert_read_no_further(fake: &Fake) {
+    let sent = fake.blob_requests.load(Ordering::SeqCst);
+    assert!(sent < 16 << 20, "{sent} bytes sent: read on past the bound");
+}
+
 fn pull(reference: &str, options: &RegistryOptions) -> Result<nicpolicy::oci::Pulled, OciError> {
     nicpolicy::oci::blocking(|| nicpolicy::oci::pull(reference, options))
 }
@@ -210,13 +228,7 @@ fn a_registry_that_never_answers_ends_the_pull_at_its_deadline() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(10), "took {took:?}");
     assert!(
-        matches!(
-            err,
-            OciError::Registry {
-                unreachable: true,
-                ..
-            }
-        ),
+        is_outage(&err),
         "an outage, which a stored copy may stand in for: {err:?}"
     );
     assert!(err.to_string().contains("not finished within 2 s"), "{err}");
@@ -258,13 +270,7 @@ fn a_layer_longer_than_its_manifest_says_is_cut_off() {
         "{err}"
     );
     assert!(
-        !matches!(
-            err,
-            OciError::Registry {
-                unreachable: true,
-                ..
-            }
-        ),
+        !is_outage(&err),
         "a registry that lies is no outage: {err:?}"
     );
 }
@@ -292,19 +298,10 @@ fn a_manifest_past_its_bound_is_refused_without_reading_the_rest() {
         "{err}"
     );
     assert!(
-        !matches!(
-            err,
-            OciError::Registry {
-                unreachable: true,
-                ..
-            }
-        ),
+        !is_outage(&err),
         "a registry that sends too much is no outage: {err:?}"
     );
-    // What the registry could send before the connection closed: the bound, and what the
-    // sockets' buffers took, not the 256 MiB.
-    let sent = fake.blob_requests.load(Ordering::SeqCst);
-    assert!(sent < 16 << 20, "{sent} bytes sent: read on past the bound");
+    assert_read_no_further(&fake);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -319,6 +316,5 @@ fn an_error_answer_is_read_to_its_bound_only() {
         "{} bytes of error",
         text.len()
     );
-    let sent = fake.blob_requests.load(Ordering::SeqCst);
-    assert!(sent < 16 << 20, "{sent} bytes sent: read on past the bound");
+    assert_read_no_further(&fake);
 }

@@ -379,13 +379,13 @@ async fn main() {
         );
         println!("the webhook's reload.interval: {interval}");
     }
-    // At the shipped log level: the suites' debug level writes a line per review.
-    let mut webhook = Webhook::start_logging_info(&plane, &config).await;
+    let mut extra_args = Vec::new();
     if args.native {
         println!("the webhook decides with the CAPVCD rules compiled in (no Wasm)");
-        webhook.extra_args = vec!["--bench-native-capvcd".to_string()];
-        webhook.restart().await;
+        extra_args.push("--bench-native-capvcd".to_string());
     }
+    // At the shipped log level: the suites' debug level writes a line per review.
+    let mut webhook = Webhook::start_as(&plane, &config, "info", extra_args).await;
     webhook.register().await;
     measure(&client, &kubectl, "with", &args.rates, args.seconds, true).await;
     drop(webhook);

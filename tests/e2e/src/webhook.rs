@@ -39,8 +39,8 @@ pub struct Webhook {
     capvcd_version: &'static str,
     /// `--log-level` of the process.
     log_level: &'static str,
-    /// More arguments of `nicpolicy serve`, from the next (re)start.
-    pub extra_args: Vec<String>,
+    /// More arguments of `nicpolicy serve`.
+    extra_args: Vec<String>,
 }
 
 /// Writes the shipped configuration directory for a webhook named `name`: config/nicpolicy's
@@ -169,7 +169,7 @@ const SUITE_LOG_LEVEL: &str = "info,nicpolicy=debug";
 
 /// [`nicpolicy_command`] logging at `level` (`info` as the shipped Deployments do, for
 /// benchmarks: a debug line per review is a write per review).
-pub fn nicpolicy_command_logging(subcommand: &str, kubeconfig: &Path, level: &str) -> Command {
+fn nicpolicy_command_logging(subcommand: &str, kubeconfig: &Path, level: &str) -> Command {
     let mut command = Command::new(&binaries().nicpolicy);
     command
         .arg(subcommand)
@@ -191,6 +191,17 @@ impl Webhook {
     /// Starts `nicpolicy serve --config DIR/nicpolicy.yaml --tls-self-signed` on a free port
     /// with the shipped ServiceAccount's identity and waits for `/readyz` (caches synced).
     pub async fn start(plane: &ControlPlane, config_dir: &Path) -> Webhook {
+        Webhook::start_as(plane, config_dir, SUITE_LOG_LEVEL, Vec::new()).await
+    }
+
+    /// [`Webhook::start`] logging at `log_level` (`info` as the shipped Deployments do, for
+    /// benchmarks), with more arguments of `nicpolicy serve`.
+    pub async fn start_as(
+        plane: &ControlPlane,
+        config_dir: &Path,
+        log_level: &'static str,
+        extra_args: Vec<String>,
+    ) -> Webhook {
         let mut webhook = Webhook {
             config_dir: config_dir.to_path_buf(),
             port: free_port(),
@@ -201,18 +212,10 @@ impl Webhook {
             registered: false,
             http: None,
             capvcd_version: plane.crds.capvcd_version(),
-            log_level: SUITE_LOG_LEVEL,
-            extra_args: Vec::new(),
+            log_level,
+            extra_args,
         };
         webhook.spawn().await;
-        webhook
-    }
-
-    /// [`Webhook::start`] logging at `info`, as the shipped Deployments do (benchmarks).
-    pub async fn start_logging_info(plane: &ControlPlane, config_dir: &Path) -> Webhook {
-        let mut webhook = Webhook::start(plane, config_dir).await;
-        webhook.log_level = "info";
-        webhook.restart().await;
         webhook
     }
 

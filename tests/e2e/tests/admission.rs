@@ -955,19 +955,24 @@ async fn with_client_auth_only_kube_apiserver_sends_reviews() {
     let path = "/validate-infrastructure-cluster-x-k8s-io-v1beta2-vcdmachine";
     let ca =
         reqwest::Certificate::from_pem(&std::fs::read(&webhook.ca_file).expect("CA")).expect("PEM");
-    // No kept-alive connections: they would hold the server's graceful stop (Webhook::stop).
-    let anonymous = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("HTTPS client");
-    let answer = anonymous
-        .post(webhook.url(path))
-        .header("content-type", "application/json")
-        .body(review.clone())
-        .send()
-        .await
-        .expect("an answer");
+    // The review posted by a client presenting `identity`. No kept-alive connection: it would
+    // hold the server's graceful stop (Webhook::stop).
+    let post = |identity: Option<reqwest::Identity>| {
+        let mut client = reqwest::Client::builder()
+            .add_root_certificate(ca.clone())
+            .pool_max_idle_per_host(0);
+        if let Some(identity) = identity {
+            client = client.identity(identity);
+        }
+        client
+            .build()
+            .expect("HTTPS client")
+            .post(webhook.url(path))
+            .header("content-type", "application/json")
+            .body(review.clone())
+            .send()
+    };
+    let answer = post(None).await.expect("an answer");
     assert_eq!(answer.status(), 403);
     let text = answer.text().await.expect("a body");
     assert!(text.contains("clientAuth.caFile"), "{text}");
@@ -977,17 +982,8 @@ async fn with_client_auth_only_kube_apiserver_sends_reviews() {
         .expect("a client certificate");
     let mut pem = std::fs::read(&stranger.cert).expect("cert");
     pem.extend(std::fs::read(&stranger.key).expect("key"));
-    let other_ca = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .identity(reqwest::Identity::from_pem(&pem).expect("an identity"))
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("HTTPS client");
-    let answered = other_ca
-        .post(webhook.url(path))
-        .header("content-type", "application/json")
-        .body(review)
-        .send()
+    let identity = reqwest::Identity::from_pem(&pem).expect("an identity");
+    let answered = post(Some(identity))
         .await
         .and_then(|r| r.error_for_status());
     assert!(
