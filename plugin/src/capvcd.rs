@@ -29,6 +29,7 @@
 //! ```
 
 pub mod cel;
+mod near;
 
 use std::collections::BTreeMap;
 
@@ -390,13 +391,21 @@ pub fn check_name(name: &str) -> Result<(), String> {
              {MAX_NETWORK_NAME_LEN}"
         ));
     }
-    if name.trim() != name {
+    // Every rule that reads a name checks it first, so ASCII names (nearly all) take bytes.
+    let (padded, control) = match name.as_bytes() {
+        [first, .., last] if name.is_ascii() => (
+            char::from(*first).is_whitespace() || char::from(*last).is_whitespace(),
+            name.bytes().any(|b| b.is_ascii_control()),
+        ),
+        _ => (name.trim() != name, name.chars().any(char::is_control)),
+    };
+    if padded {
         return Err(
             "has leading or trailing white space, which no Cloud Director network name has"
                 .to_string(),
         );
     }
-    if name.chars().any(char::is_control) {
+    if control {
         return Err("contains a control character".to_string());
     }
     Ok(())
@@ -651,7 +660,7 @@ fn check_inventory_at(
         if check_name(name).is_err() || index.get(name).is_some() {
             return None;
         }
-        let hint = closest(name, index.names())
+        let hint = near::closest(name, index.names())
             .map(|near| format!("; did you mean {near:?}?"))
             .unwrap_or_default();
         Some(
@@ -672,53 +681,6 @@ fn check_inventory_at(
         violations.extend(missing(name, &|| fields.at(i), "network"));
     }
     violations
-}
-
-/// The known name nearest to `name` (case or a typo or two apart), if any is near. Case is
-/// folded for ASCII letters (other letters that differ in case count as one edit each), which
-/// keeps Unicode case tables out of the module.
-fn closest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let lower = name.to_ascii_lowercase();
-    let mut candidate_lower = String::new();
-    known
-        .filter_map(|candidate| {
-            let distance = if candidate.eq_ignore_ascii_case(&lower) {
-                0
-            } else {
-                // Names whose lengths differ by more than 2 are never near: skip the work.
-                let (a, b) = (lower.chars().count(), candidate.chars().count());
-                if a.abs_diff(b) > 2 {
-                    return None;
-                }
-                candidate_lower.clear();
-                candidate_lower.push_str(candidate);
-                candidate_lower.make_ascii_lowercase();
-                edit_distance(&lower, &candidate_lower)
-            };
-            (distance <= 2).then_some((distance, candidate))
-        })
-        .min()
-        .map(|(_, candidate)| candidate)
-}
-
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                diagonal
-            } else {
-                1 + diagonal.min(above).min(row[j])
-            };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// Where a NIC's network is set: the cluster field naming NIC 0, or an extra network's index.
@@ -1174,10 +1136,47 @@ mod tests {
     }
 
     #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("storage-net", "storage-net"), 0);
-        assert_eq!(edit_distance("storage-nett", "storage-net"), 1);
-        assert_eq!(edit_distance("strage-nte", "storage-net"), 3);
+    fn names_are_checked_alike_whether_ascii_or_not() {
+        // What `check_name` decides, spelled out on characters.
+        fn reference(name: &str) -> Option<&'static str> {
+            if name.trim() != name {
+                Some("white space")
+            } else if name.chars().any(char::is_control) {
+                Some("control character")
+            } else {
+                None
+            }
+        }
+        let names = [
+            "storage-net",
+            "s",
+            " ",
+            "\t",
+            "storage-net ",
+            " storage-net",
+            "\tmgmt-net",
+            "mgmt-net\n",
+            "mgmt\tnet",
+            "mgmt\u{7f}net",
+            "mgmt-net\u{0b}",
+            "mgmt-net\u{1c}",
+            "speicher-netz-ü",
+            "\u{a0}speicher-netz",
+            "speicher-netz\u{85}",
+            "netz\u{9f}ü",
+            "ü",
+            "\u{2003}",
+        ];
+        for name in names {
+            let found = check_name(name).err();
+            match reference(name) {
+                Some(why) => assert!(
+                    found.as_deref().is_some_and(|f| f.contains(why)),
+                    "{name:?}: {found:?}"
+                ),
+                None => assert_eq!(found, None, "{name:?}"),
+            }
+        }
     }
 
     #[test]

@@ -487,21 +487,33 @@ impl Decision {
 /// Compares two field paths as [`Decision::sort_violations`] orders them: runs of digits as
 /// numbers, everything else as text.
 pub fn field_order(a: &str, b: &str) -> std::cmp::Ordering {
-    fn runs(path: &str) -> impl Iterator<Item = (bool, &str)> {
+    // Bytes, not characters: an ASCII digit is one byte in UTF-8 and no byte of another
+    // character looks like one, and byte order is `str`'s order. Called for every pair the
+    // violations' sort compares, in the guest and the host alike.
+    fn runs(path: &[u8]) -> impl Iterator<Item = (bool, &[u8])> {
         let mut rest = path;
         std::iter::from_fn(move || {
-            let first = rest.chars().next()?;
-            let digits = first.is_ascii_digit();
+            let digits = rest.first()?.is_ascii_digit();
             let end = rest
-                .find(|c: char| c.is_ascii_digit() != digits)
+                .iter()
+                .position(|b| b.is_ascii_digit() != digits)
                 .unwrap_or(rest.len());
             let (run, tail) = rest.split_at(end);
             rest = tail;
             Some((digits, run))
         })
     }
-    let mut left = runs(a);
-    let mut right = runs(b);
+    fn trim_zeros(mut digits: &[u8]) -> &[u8] {
+        while let [b'0', tail @ ..] = digits {
+            digits = tail;
+        }
+        digits
+    }
+    if a == b {
+        return std::cmp::Ordering::Equal;
+    }
+    let mut left = runs(a.as_bytes());
+    let mut right = runs(b.as_bytes());
     loop {
         let order = match (left.next(), right.next()) {
             (None, None) => return std::cmp::Ordering::Equal,
@@ -509,7 +521,7 @@ pub fn field_order(a: &str, b: &str) -> std::cmp::Ordering {
             (Some(_), None) => return std::cmp::Ordering::Greater,
             // Numbers by value (leading zeros aside: by length, then digits).
             (Some((true, x)), Some((true, y))) => {
-                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                let (x, y) = (trim_zeros(x), trim_zeros(y));
                 x.len().cmp(&y.len()).then_with(|| x.cmp(y))
             }
             (Some((_, x)), Some((_, y))) => x.cmp(y),
@@ -930,5 +942,42 @@ mod tests {
         // Stable: the two at [1] keep the order the rules gave them.
         assert_eq!(decision.violations[1].message, "first at [1]");
         assert_eq!(decision.violations[2].message, "second at [1]");
+    }
+
+    #[test]
+    fn field_order_compares_digit_runs_as_numbers_in_any_text() {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let cases = [
+            (
+                "spec.extraOvdcNetworks[2]",
+                "spec.extraOvdcNetworks[10]",
+                Less,
+            ),
+            (
+                "spec.extraOvdcNetworks[010]",
+                "spec.extraOvdcNetworks[10]",
+                Equal,
+            ),
+            (
+                "spec.extraOvdcNetworks[0]",
+                "spec.extraOvdcNetworks[00]",
+                Equal,
+            ),
+            ("spec.extraOvdcNetworks", "spec.extraOvdcNetworks[0]", Less),
+            (
+                "cluster.spec.ovdcNetwork",
+                "spec.extraOvdcNetworks[0]",
+                Less,
+            ),
+            ("spec.netze.ü[3]", "spec.netze.ü[12]", Less),
+            ("spec.netze.ü[3]", "spec.netze.z[3]", Greater),
+            ("9", "a", Less),
+            ("", "", Equal),
+            ("", "0", Less),
+        ];
+        for (a, b, order) in cases {
+            assert_eq!(super::field_order(a, b), order, "{a:?} {b:?}");
+            assert_eq!(super::field_order(b, a), order.reverse(), "{b:?} {a:?}");
+        }
     }
 }
