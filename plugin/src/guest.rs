@@ -66,48 +66,105 @@ fn stage_mark(_line: &'static str) {
     log(LogLevel::Debug, _line);
 }
 
+/// What becomes of the request and the decision once the answer is encoded.
+#[derive(Clone, Copy)]
+enum Leftovers {
+    /// Dropped, as anywhere else: the public functions below, callable outside a module.
+    Drop,
+    /// Left where they are. An ABI call runs in a fresh instance that the host throws away
+    /// afterwards, so freeing them would only walk every string of the request and the
+    /// decision to move the bump allocator's pointer back a little: a fifth of a small
+    /// evaluation's guest time (docs/benchmarks.md, "The guest's side").
+    Leave,
+}
+
+impl Leftovers {
+    fn end<T>(self, value: T) {
+        match self {
+            Leftovers::Drop => drop(value),
+            Leftovers::Leave => std::mem::forget(value),
+        }
+    }
+}
+
 /// Runs `policy` on a request given as JSON and returns the decision (or error envelope) as
 /// JSON: the bytes `nicpolicy_evaluate` hands back, shared with the JS build.
 pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
+    json_answer(input, policy, Leftovers::Drop)
+}
+
+fn json_answer(input: &[u8], policy: fn(&Request) -> Decision, leftovers: Leftovers) -> Vec<u8> {
     let request = serde_json::from_slice::<Request>(input)
         .map_err(|err| format!("policy could not read the request: {err}"));
-    to_json(&decide(request, policy))
+    let output = decide(request, policy, leftovers);
+    let out = to_json(&output);
+    leftovers.end(output);
+    out
 }
 
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
 /// decision (or error envelope) as JSON, like [`evaluate_json`].
 pub fn evaluate_binary_request(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    to_json(&decide(binary_request(input), policy))
+    to_json(&decide(binary_request(input), policy, Leftovers::Drop))
 }
 
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
 /// decision (or the error) in the [binary decision format](crate::binary::decision).
 pub fn evaluate_binary_both(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    binary_output(
-        &decide(binary_request(input), policy),
-        crate::binary::encode_output,
-    )
+    binary_answer(input, policy, Answer::V1, Leftovers::Drop)
 }
 
 /// [`evaluate_binary_both`] answering in version 2 of the decision format (with sources).
 pub fn evaluate_binary_sourced(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    binary_output(
-        &decide(binary_request(input), policy),
-        crate::binary::encode_output_v2,
-    )
+    binary_answer(input, policy, Answer::Sourced, Leftovers::Drop)
 }
 
 /// [`evaluate_binary_sourced`] with NIC sources turned off while `policy` runs: what the
 /// `nicpolicy_evaluate_binary4` export answers. A policy that sets a NIC's source anyway has it
 /// dropped, so the answer is the same whatever the policy does.
 pub fn evaluate_binary_unsourced_nics(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    let mut output = crate::source::without_nic_sources(|| decide(binary_request(input), policy));
-    if let EvaluateOutput::Decision(decision) = &mut output {
-        for nic in &mut decision.nics {
-            nic.source = None;
+    binary_answer(input, policy, Answer::UnsourcedNics, Leftovers::Drop)
+}
+
+/// The binary decision formats a module answers in.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Version 1, without sources (`nicpolicy_evaluate_binary2`).
+    V1,
+    /// Version 2, every source (`nicpolicy_evaluate_binary3`).
+    Sourced,
+    /// Version 2, the violations' sources only (`nicpolicy_evaluate_binary4`).
+    UnsourcedNics,
+}
+
+fn binary_answer(
+    input: &[u8],
+    policy: fn(&Request) -> Decision,
+    answer: Answer,
+    leftovers: Leftovers,
+) -> Vec<u8> {
+    let output = match answer {
+        Answer::V1 | Answer::Sourced => decide(binary_request(input), policy, leftovers),
+        Answer::UnsourcedNics => {
+            let mut output = crate::source::without_nic_sources(|| {
+                decide(binary_request(input), policy, leftovers)
+            });
+            if let EvaluateOutput::Decision(decision) = &mut output {
+                for nic in &mut decision.nics {
+                    // Left, not dropped, with the rest of the decision when the call ends.
+                    leftovers.end(nic.source.take());
+                }
+            }
+            output
         }
-    }
-    binary_output(&output, crate::binary::encode_output_v2)
+    };
+    let encode: Encoder = match answer {
+        Answer::V1 => crate::binary::encode_output,
+        Answer::Sourced | Answer::UnsourcedNics => crate::binary::encode_output_v2,
+    };
+    let out = binary_output(&output, encode);
+    leftovers.end(output);
+    out
 }
 
 type Encoder = fn(&EvaluateOutput, &mut Vec<u8>) -> Result<(), crate::binary::FormatError>;
@@ -131,11 +188,16 @@ fn binary_request(input: &[u8]) -> Result<Request, String> {
 }
 
 /// The decision on a decoded request, or the error envelope for one that could not be read.
-fn decide(request: Result<Request, String>, policy: fn(&Request) -> Decision) -> EvaluateOutput {
+fn decide(
+    request: Result<Request, String>,
+    policy: fn(&Request) -> Decision,
+    leftovers: Leftovers,
+) -> EvaluateOutput {
     match request {
         Ok(request) => {
             stage_mark(STAGE_DECODED);
             let mut decision = policy(&request);
+            leftovers.end(request);
             // Whatever order the rules ran in, violations go out in field order.
             decision.sort_violations();
             stage_mark(STAGE_DECIDED);
@@ -172,7 +234,7 @@ pub fn validate_settings_json(input: &[u8], check: fn(&Value) -> Result<(), Stri
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(evaluate_json(input(ptr, len), policy))
+    emit(json_answer(input(ptr, len), policy, Leftovers::Leave))
 }
 
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed decision.
@@ -190,7 +252,12 @@ pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decisi
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(evaluate_binary_both(input(ptr, len), policy))
+    emit(binary_answer(
+        input(ptr, len),
+        policy,
+        Answer::V1,
+        Leftovers::Leave,
+    ))
 }
 
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed binary decision,
@@ -200,7 +267,12 @@ pub unsafe fn evaluate_binary2(ptr: u32, len: u32, policy: fn(&Request) -> Decis
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate_binary3(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(evaluate_binary_sourced(input(ptr, len), policy))
+    emit(binary_answer(
+        input(ptr, len),
+        policy,
+        Answer::Sourced,
+        Leftovers::Leave,
+    ))
 }
 
 /// Runs `policy` on the binary request at `ptr`/`len` with NIC sources turned off
@@ -211,7 +283,12 @@ pub unsafe fn evaluate_binary3(ptr: u32, len: u32, policy: fn(&Request) -> Decis
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate_binary4(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(evaluate_binary_unsourced_nics(input(ptr, len), policy))
+    emit(binary_answer(
+        input(ptr, len),
+        policy,
+        Answer::UnsourcedNics,
+        Leftovers::Leave,
+    ))
 }
 
 /// Runs `check` on the settings at `ptr`/`len` and returns the packed verdict.
