@@ -390,7 +390,16 @@ impl BumpAllocator {
     }
 
     /// Makes `[.., end)` usable, growing the memory if needed.
+    #[inline(always)]
     fn reserve(&self, end: usize) -> bool {
+        // Every call but the first few finds room: keep that test inline, the rest out of line.
+        end <= self.end.get() || self.reserve_more(end)
+    }
+
+    /// [`Self::reserve`] when the reserved memory is not enough (or not known yet).
+    #[cold]
+    #[inline(never)]
+    fn reserve_more(&self, end: usize) -> bool {
         if self.next.get() == 0 {
             extern "C" {
                 static __heap_base: u8;
@@ -412,18 +421,31 @@ impl BumpAllocator {
         }
         false
     }
+
+    /// Where the next block starts: the heap base before the first block.
+    #[inline(always)]
+    fn next(&self) -> usize {
+        match self.next.get() {
+            0 => {
+                // Sets `next` to the heap base; the memory is never too small for nothing.
+                self.reserve_more(0);
+                self.next.get()
+            }
+            next => next,
+        }
+    }
 }
 
 #[cfg(target_arch = "wasm32")]
 // SAFETY: blocks are aligned, inside memory the allocator reserved, and never overlap: each
 // starts at or after the end of every live block.
 unsafe impl core::alloc::GlobalAlloc for BumpAllocator {
+    #[inline]
     unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
-        if !self.reserve(0) {
-            return core::ptr::null_mut();
-        }
-        let start = match self.next.get().checked_next_multiple_of(layout.align()) {
-            Some(start) => start,
+        // A layout's alignment is a power of two: round up with a mask, not a division.
+        let mask = layout.align() - 1;
+        let start = match self.next().checked_add(mask) {
+            Some(end) => end & !mask,
             None => return core::ptr::null_mut(),
         };
         match start.checked_add(layout.size()) {
