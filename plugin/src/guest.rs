@@ -90,12 +90,20 @@ impl Leftovers {
 /// Runs `policy` on a request given as JSON and returns the decision (or error envelope) as
 /// JSON: the bytes `nicpolicy_evaluate` hands back, shared with the JS build.
 pub fn evaluate_json(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    json_answer(input, policy, Leftovers::Drop)
+    json_answer(json_request(input), policy, Leftovers::Drop)
 }
 
-fn json_answer(input: &[u8], policy: fn(&Request) -> Decision, leftovers: Leftovers) -> Vec<u8> {
-    let request = serde_json::from_slice::<Request>(input)
-        .map_err(|err| format!("policy could not read the request: {err}"));
+fn json_request(input: &[u8]) -> Result<Request, String> {
+    serde_json::from_slice::<Request>(input)
+        .map_err(|err| format!("policy could not read the request: {err}"))
+}
+
+/// The decision on `request` (or the error envelope) as JSON.
+fn json_answer(
+    request: Result<Request, String>,
+    policy: fn(&Request) -> Decision,
+    leftovers: Leftovers,
+) -> Vec<u8> {
     let output = decide(request, policy, leftovers);
     let out = to_json(&output);
     leftovers.end(output);
@@ -105,7 +113,7 @@ fn json_answer(input: &[u8], policy: fn(&Request) -> Decision, leftovers: Leftov
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
 /// decision (or error envelope) as JSON, like [`evaluate_json`].
 pub fn evaluate_binary_request(input: &[u8], policy: fn(&Request) -> Decision) -> Vec<u8> {
-    to_json(&decide(binary_request(input), policy, Leftovers::Drop))
+    json_answer(binary_request(input), policy, Leftovers::Drop)
 }
 
 /// Runs `policy` on a request given in the [binary format](crate::binary) and returns the
@@ -234,7 +242,11 @@ pub fn validate_settings_json(input: &[u8], check: fn(&Value) -> Result<(), Stri
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(json_answer(input(ptr, len), policy, Leftovers::Leave))
+    emit(json_answer(
+        json_request(input(ptr, len)),
+        policy,
+        Leftovers::Leave,
+    ))
 }
 
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed decision.
@@ -243,7 +255,11 @@ pub unsafe fn evaluate(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> 
 /// `ptr` and `len` must describe memory the host filled after `nicpolicy_alloc(len)`
 /// returned `ptr`.
 pub unsafe fn evaluate_binary(ptr: u32, len: u32, policy: fn(&Request) -> Decision) -> u64 {
-    emit(evaluate_binary_request(input(ptr, len), policy))
+    emit(json_answer(
+        binary_request(input(ptr, len)),
+        policy,
+        Leftovers::Leave,
+    ))
 }
 
 /// Runs `policy` on the binary request at `ptr`/`len` and returns the packed binary decision.
